@@ -1,0 +1,282 @@
+//! Checks of a Binance venue: market, endpoints, symbols and the depth-stream settings.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::check::one_of;
+use super::error::{ErrorKind, Report};
+use super::locate::Path;
+use super::raw::RawVenue;
+use super::schema::{Buffering, Market, Recovery, UpdateSpeed, VenueKind};
+use super::values::{DepthLimit, Symbol, Url};
+use super::venue::{buffering, millis};
+
+/// REST weight per minute when `weight_budget_per_min` is left out: half of the futures IP
+/// limit of 2400, leaving room for other processes on the same address.
+const DEFAULT_WEIGHT_BUDGET: u32 = 1200;
+
+/// Silence that ends a connection when `silence_timeout_ms` is left out.
+const DEFAULT_SILENCE: Duration = Duration::from_millis(5000);
+
+/// Connection lifetime when `ws_max_age_secs` is left out: 23 hours, an hour before the
+/// server's 24-hour cut.
+const DEFAULT_WS_MAX_AGE: Duration = Duration::from_secs(82_800);
+
+/// Snapshot depth when `depth_limit` is left out.
+const DEFAULT_DEPTH: u16 = 1000;
+
+/// What a symbol allows.
+const SYMBOL: &str = "a lowercase symbol of a-z, 0-9 and '_' such as \"btcusdt\"";
+
+/// Checks the Binance part of the venue table at `path`.
+pub(super) fn binance(
+    table: &Spanned<RawVenue>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<VenueKind> {
+    let raw = table.get_ref();
+    let header = table.span();
+    let allowed = "name, kind, recovery, market, ws_url, rest_url, symbols, depth_limit, \
+                   update_speed, weight_budget_per_min, silence_timeout_ms, ws_max_age_secs";
+    let owner = "moldudp64 and iex-tp venues";
+    report.foreign_keys(
+        &raw.multicast_keys(),
+        path,
+        owner,
+        "a binance venue",
+        allowed,
+    );
+
+    let market = report
+        .required(
+            &raw.market,
+            &header,
+            &path.key("market"),
+            &one_of(Market::KEYWORDS),
+        )
+        .and_then(|f| {
+            report.keyword(
+                f,
+                &path.key("market"),
+                Market::KEYWORDS,
+                Market::from_keyword,
+            )
+        });
+    let symbols = symbols(table, path, report);
+    let (buffering, snapshot_timeout) = match &raw.recovery {
+        None => {
+            let d = Recovery::default();
+            (Some(d.buffering), Some(d.snapshot_timeout))
+        }
+        Some(recovery) => recovery_subset(recovery, &path.key("recovery"), report),
+    };
+    let weight_budget_per_min = report.int_or(
+        &raw.weight_budget_per_min,
+        &path.key("weight_budget_per_min"),
+        1..=100_000,
+        DEFAULT_WEIGHT_BUDGET,
+    );
+    let silence_timeout = millis(
+        &raw.silence_timeout_ms,
+        &path.key("silence_timeout_ms"),
+        100..=600_000,
+        DEFAULT_SILENCE,
+        report,
+    );
+    let ws_max_age = match &raw.ws_max_age_secs {
+        None => Some(DEFAULT_WS_MAX_AGE),
+        Some(f) => report
+            .int(f, &path.key("ws_max_age_secs"), 60..=86_399)
+            .map(Duration::from_secs),
+    };
+
+    let ws_url = url(
+        &raw.ws_url,
+        market.map(Market::default_ws_url),
+        path,
+        "ws_url",
+        report,
+    );
+    let rest_url = url(
+        &raw.rest_url,
+        market.map(Market::default_rest_url),
+        path,
+        "rest_url",
+        report,
+    );
+    // Allowed depths and speeds depend on the market.
+    let market = market?;
+    let depth_limit = depth_limit(raw, market, &path.key("depth_limit"), report);
+    let update_speed = update_speed(raw, market, &path.key("update_speed"), report);
+    Some(VenueKind::Binance {
+        market,
+        ws_url: ws_url?,
+        rest_url: rest_url?,
+        symbols: symbols?,
+        depth_limit: depth_limit?,
+        update_speed: update_speed?,
+        weight_budget_per_min: weight_budget_per_min?,
+        silence_timeout: silence_timeout?,
+        ws_max_age: ws_max_age?,
+        buffering: buffering?,
+        snapshot_timeout: snapshot_timeout?,
+    })
+}
+
+fn symbols(table: &Spanned<RawVenue>, path: &Path, report: &mut Report<'_>) -> Option<Vec<Symbol>> {
+    let path = path.key("symbols");
+    let expected = "a non-empty array of lowercase symbols such as [\"btcusdt\", \"ethusdt\"]";
+    let list = report.required(&table.get_ref().symbols, &table.span(), &path, expected)?;
+    if list.get_ref().is_empty() {
+        let found = "the array of symbols is empty";
+        report.push(ErrorKind::OutOfRange, &list.span(), &path, found, expected);
+        return None;
+    }
+    let mut seen = HashMap::new();
+    let mut built = Vec::new();
+    for (index, item) in list.get_ref().iter().enumerate() {
+        let path = path.index(index);
+        let symbol = Symbol::new(item.get_ref());
+        match &symbol {
+            None => {
+                let found = format!("{} is not a valid symbol", report.quote(&item.span()));
+                report.push(ErrorKind::InvalidValue, &item.span(), &path, found, SYMBOL);
+            }
+            Some(s) => report.unique(&mut seen, s.clone(), &item.span(), &path, "symbol"),
+        }
+        built.push(symbol);
+    }
+    built.into_iter().collect()
+}
+
+/// `reorder_window`, `max_buffered` and `snapshot_timeout_ms`: the part of `[venue.recovery]`
+/// that applies to a venue without re-requests.
+fn recovery_subset(
+    table: &Spanned<super::raw::RawRecovery>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> (Option<Buffering>, Option<Duration>) {
+    let raw = table.get_ref();
+    let allowed = "reorder_window, max_buffered, snapshot_timeout_ms";
+    let owner = "the recovery of moldudp64 and iex-tp venues";
+    let this = "the recovery of a binance venue";
+    report.foreign_keys(&raw.rerequest_keys(), path, owner, this, allowed);
+    let buffering = buffering(raw, path, report);
+    let snapshot_timeout = millis(
+        &raw.snapshot_timeout_ms,
+        &path.key("snapshot_timeout_ms"),
+        1..=3_600_000,
+        Recovery::default().snapshot_timeout,
+        report,
+    );
+    (buffering, snapshot_timeout)
+}
+
+fn url(
+    field: &Option<Spanned<String>>,
+    default: Option<&str>,
+    path: &Path,
+    key: &str,
+    report: &mut Report<'_>,
+) -> Option<Url> {
+    let (plain, secure, example) = if key == "ws_url" {
+        ("ws", "wss", Market::Spot.default_ws_url())
+    } else {
+        ("http", "https", Market::Spot.default_rest_url())
+    };
+    let Some(field) = field else {
+        return Url::new(default?, plain, secure);
+    };
+    let url = Url::new(field.get_ref(), plain, secure);
+    if url.is_none() {
+        let found = format!(
+            "{} has the wrong scheme or no host",
+            report.quote(&field.span())
+        );
+        let expected =
+            format!("a URL of scheme {plain}:// or {secure}:// with a host, such as \"{example}\"");
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            &path.key(key),
+            found,
+            expected,
+        );
+    }
+    url
+}
+
+fn depth_limit(
+    raw: &RawVenue,
+    market: Market,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<DepthLimit> {
+    let Some(field) = &raw.depth_limit else {
+        return DepthLimit::new(DEFAULT_DEPTH);
+    };
+    let allowed: &[u16] = if market.is_futures() {
+        &DepthLimit::ALLOWED[..7]
+    } else {
+        &DepthLimit::ALLOWED
+    };
+    let limit = u16::try_from(*field.get_ref())
+        .ok()
+        .filter(|l| allowed.contains(l));
+    if limit.is_none() {
+        let list: Vec<String> = allowed.iter().map(u16::to_string).collect();
+        let found = format!(
+            "{} is not a depth limit of {}",
+            report.quote(&field.span()),
+            market.keyword()
+        );
+        let expected = format!("one of {}", list.join(", "));
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            path,
+            found,
+            expected,
+        );
+    }
+    limit.and_then(DepthLimit::new)
+}
+
+fn update_speed(
+    raw: &RawVenue,
+    market: Market,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<UpdateSpeed> {
+    let Some(field) = &raw.update_speed else {
+        return Some(UpdateSpeed::Ms100);
+    };
+    let allowed: &[&str] = if market.is_futures() {
+        UpdateSpeed::KEYWORDS
+    } else {
+        &UpdateSpeed::KEYWORDS[1..]
+    };
+    let speed = UpdateSpeed::from_keyword(field.get_ref())
+        .filter(|s| market.is_futures() || *s != UpdateSpeed::Realtime);
+    if speed.is_none() {
+        let found = format!(
+            "{} is not an update speed of {}",
+            report.quote(&field.span()),
+            market.keyword()
+        );
+        let mut expected = one_of(allowed);
+        if !market.is_futures() {
+            expected.push_str(" (\"0ms\" is for usdm and coinm only)");
+        }
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            path,
+            found,
+            expected,
+        );
+    }
+    speed
+}

@@ -1,0 +1,180 @@
+//! The configuration file: one TOML file per process, one process per venue.
+//!
+//! A file has a `[daemon]` table, one or more `[[venue]]` tables and zero or more `[[sink]]`
+//! tables; the annotated files in `config/` show every key with its default. Loading is a pure
+//! function of the text: it opens no socket and creates no file, so a process either starts
+//! with a whole valid configuration or does not start.
+//!
+//! Loading happens in two steps. serde reads the text into raw tables whose keys are all
+//! optional and spanned (`raw.rs`); it rejects unknown keys and values of the wrong TOML type,
+//! and stops at the first such error. Validation (`validate.rs`, `venue.rs`, `channel.rs`, `binance.rs`) then
+//! checks every value and reports every problem it finds, each with the file, the key path,
+//! the line and column of the value, what was found and what is allowed:
+//!
+//! ```text
+//! config/bad.toml:12:9: venue[0].channel[0].group: "233.54.12.111" is not an address with a port; expected a multicast IPv4 address and port such as "233.54.12.111:26477"
+//! ```
+//!
+//! A missing required key points at the header of the table that lacks it.
+//!
+//! # Keys
+//!
+//! `[daemon]`, optional as a whole:
+//!
+//! | key | allowed | default |
+//! | --- | --- | --- |
+//! | `metrics_listen` | IP address and non-zero port; a non-loopback address exposes the metrics to the network | `"127.0.0.1:9464"` |
+//! | `rx_core` | core index 0..=4095 to pin the rx thread to | unpinned |
+//! | `idle` | `"busy-spin"`, `"yield"`, `"block"` | `"busy-spin"` |
+//! | `consumer_queue` | power of two, 2..=2^24 slots | 65536 |
+//! | `log_level` | `"error"`, `"warn"`, `"info"`, `"debug"`, `"trace"` | `"info"` |
+//!
+//! `[[venue]]`, at least one:
+//!
+//! | key | kinds | allowed | default |
+//! | --- | --- | --- | --- |
+//! | `name` | all | `[a-z0-9_-]{1,64}`, unique in the file | required |
+//! | `kind` | all | `"moldudp64"`, `"iex-tp"`, `"binance"` | required |
+//! | `start` | moldudp64, iex-tp | `"live"`, `"from-start"` | `"live"` |
+//! | `[[venue.channel]]` | moldudp64, iex-tp | at least one, see below | required |
+//! | `[venue.recovery]` | all | see below | all defaults |
+//! | `market` | binance | `"spot"`, `"usdm"`, `"coinm"` | required |
+//! | `ws_url` | binance | `ws://` or `wss://` URL | the market's stream endpoint |
+//! | `rest_url` | binance | `http://` or `https://` URL | the market's REST endpoint |
+//! | `symbols` | binance | non-empty array of unique `[a-z0-9_]+` | required |
+//! | `depth_limit` | binance | 5, 10, 20, 50, 100, 500, 1000, and 5000 on spot | 1000 |
+//! | `update_speed` | binance | `"100ms"`, `"250ms"`, `"500ms"`, `"1000ms"`, and `"0ms"` on futures | `"100ms"` |
+//! | `weight_budget_per_min` | binance | 1..=100000 | 1200 |
+//! | `silence_timeout_ms` | binance | 100..=600000 | 5000 |
+//! | `ws_max_age_secs` | binance | 60..=86399 | 82800 |
+//!
+//! A key of another venue kind is an error that names the key and the kind.
+//!
+//! `[[venue.channel]]`, one stream each:
+//!
+//! | key | allowed | default |
+//! | --- | --- | --- |
+//! | `name` | `[a-z0-9_-]{1,64}`, unique in the venue | required |
+//! | `group` | multicast IPv4 address and non-zero port, unique in the venue | required |
+//! | `interface` | local IPv4 address to join on | `"0.0.0.0"` |
+//! | `source` | unicast IPv4 sender address (source-specific multicast) | any sender |
+//! | `session` | moldudp64: 1..=10 printable ASCII characters; iex-tp: a u32 as integer or string | the first seen |
+//! | `rerequest` | unicast IPv4 addresses and ports, tried in order | none |
+//! | `snapshot` | `{ kind = "soupbintcp", addr, username (<= 6), password (<= 10) }` | none |
+//! | `rcvbuf` | `SO_RCVBUF` bytes, 4096..=2^31-1 | 67108864 |
+//!
+//! `[venue.recovery]`; a binance venue takes only `reorder_window`, `max_buffered` and
+//! `snapshot_timeout_ms`, since it makes no re-requests:
+//!
+//! | key | allowed | default |
+//! | --- | --- | --- |
+//! | `reorder_window` | power of two, 2..=2^24 | 65536 |
+//! | `max_buffered` | 1..=`reorder_window` | `reorder_window` |
+//! | `reorder_delay_us` | 0..=1000000 | 1000 |
+//! | `request_timeout_ms` | 1..=60000 | 50 |
+//! | `max_request_count` | 1..=65534 | 1000 |
+//! | `retry_budget` | 0..=1000 | 5 |
+//! | `requests_per_sec` | 1..=1000000 | 2000 |
+//! | `max_replay` | 0 or more | 100000 |
+//! | `reset_threshold` | 0 (off) or more | 1000000 |
+//! | `snapshot_timeout_ms` | 1..=3600000 | 10000 |
+//!
+//! `[[sink]]`, any number, paths unique:
+//!
+//! | key | kinds | allowed | default |
+//! | --- | --- | --- | --- |
+//! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"` | required |
+//! | `path` | all | non-empty path; at most 107 bytes for `unix` | required |
+//! | `client_queue` | unix | power of two, 2..=2^24 frames | 65536 |
+//! | `rotate_bytes` | pcap | 2^20..=2^40 | 1073741824 |
+
+mod binance;
+mod channel;
+mod check;
+mod error;
+mod locate;
+mod raw;
+mod schema;
+mod validate;
+mod values;
+mod venue;
+
+use std::path::Path;
+
+pub use error::{ConfigError, ConfigErrors, ErrorKind, Position};
+pub use schema::{
+    Buffering, Channel, Daemon, Idle, LogLevel, Market, Recovery, Sink, Snapshot, Start,
+    UpdateSpeed, Venue, VenueKind,
+};
+pub use values::{
+    DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,
+};
+
+use error::Report;
+use locate::Source;
+use raw::RawConfig;
+
+/// A whole validated configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Process-wide settings.
+    pub daemon: Daemon,
+    /// The venues read, at least one, with unique names.
+    pub venues: Vec<Venue>,
+    /// Where in-order output goes; may be empty.
+    pub sinks: Vec<Sink>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`; errors name the path as given.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigErrors> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors::io(&file, &e))?;
+        Config::parse(&text, &file)
+    }
+
+    /// Validates the text of a configuration file; `file_name` is used in error messages.
+    ///
+    /// Returns every problem found. A text that does not match the shape of the schema (an
+    /// unknown key, a value of the wrong TOML type, invalid TOML) stops at that one error;
+    /// a text of the right shape has all its values checked before anything is returned.
+    ///
+    /// ```
+    /// use gapless::config::{Config, ErrorKind, VenueKind};
+    ///
+    /// let text = r#"
+    /// [[venue]]
+    /// name = "btc"
+    /// kind = "binance"
+    /// market = "spot"
+    /// symbols = ["btcusdt"]
+    /// "#;
+    /// let config = Config::parse(text, "spot.toml").expect("a valid file");
+    /// assert_eq!(config.venues[0].name.as_str(), "btc");
+    /// assert!(matches!(config.venues[0].kind, VenueKind::Binance { .. }));
+    ///
+    /// let errors = Config::parse(&text.replace("\"spot\"", "\"margin\""), "spot.toml")
+    ///     .expect_err("an unknown market");
+    /// assert_eq!(errors.errors()[0].kind, ErrorKind::InvalidValue);
+    /// assert_eq!(
+    ///     errors.to_string(),
+    ///     "spot.toml:5:10: venue[0].market: \"margin\" is not an allowed value; \
+    ///      expected one of \"spot\", \"usdm\", \"coinm\"",
+    /// );
+    /// ```
+    pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+        let source = Source {
+            file: file_name,
+            text,
+        };
+        let mut report = Report::new(source);
+        match toml::from_str::<RawConfig>(text) {
+            Ok(raw) => {
+                let config = validate::config(&raw, &mut report);
+                report.finish(config)
+            }
+            Err(error) => Err(report.toml(&error)),
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The validated configuration: what the daemon runs on once a file has been accepted.
+//!
+//! Nothing here can hold a value the file format forbids: each venue carries exactly the data
+//! of its kind, addresses are parsed, sizes are checked, and times are [`Duration`]s.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::values::{
+    DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,
+    keyword_enum,
+};
+
+keyword_enum! {
+    /// What the rx thread does when a poll found nothing to do.
+    pub enum Idle {
+        /// Poll again at once: lowest latency, one core at 100 %.
+        BusySpin = "busy-spin",
+        /// Yield to the scheduler between polls.
+        Yield = "yield",
+        /// Block in the poller until a socket is readable or a timer is due.
+        Block = "block",
+    }
+}
+
+keyword_enum! {
+    /// The most detailed log level written.
+    pub enum LogLevel {
+        /// Errors only.
+        Error = "error",
+        /// Errors and warnings.
+        Warn = "warn",
+        /// Start-up, state changes and recoveries.
+        Info = "info",
+        /// Per-gap detail.
+        Debug = "debug",
+        /// Per-packet detail.
+        Trace = "trace",
+    }
+}
+
+keyword_enum! {
+    /// Where a stream starts when the daemon starts.
+    pub enum Start {
+        /// Adopt the first sequence number seen; nothing before it is recovered.
+        Live = "live",
+        /// Expect sequence 1 and recover everything before the first packet seen.
+        FromStart = "from-start",
+    }
+}
+
+keyword_enum! {
+    /// Which Binance market a venue reads.
+    pub enum Market {
+        /// Spot.
+        Spot = "spot",
+        /// USDⓈ-margined futures.
+        Usdm = "usdm",
+        /// Coin-margined futures.
+        Coinm = "coinm",
+    }
+}
+
+keyword_enum! {
+    /// Interval of Binance diff-depth updates.
+    pub enum UpdateSpeed {
+        /// Every change as it happens (futures only).
+        Realtime = "0ms",
+        /// Every 100 ms.
+        Ms100 = "100ms",
+        /// Every 250 ms.
+        Ms250 = "250ms",
+        /// Every 500 ms.
+        Ms500 = "500ms",
+        /// Every second.
+        Ms1000 = "1000ms",
+    }
+}
+
+impl Market {
+    /// The stream endpoint used when `ws_url` is omitted.
+    pub fn default_ws_url(self) -> &'static str {
+        match self {
+            Market::Spot => "wss://stream.binance.com:9443/stream",
+            Market::Usdm => "wss://fstream.binance.com/stream",
+            Market::Coinm => "wss://dstream.binance.com/stream",
+        }
+    }
+
+    /// The REST endpoint used when `rest_url` is omitted.
+    pub fn default_rest_url(self) -> &'static str {
+        match self {
+            Market::Spot => "https://api.binance.com",
+            Market::Usdm => "https://fapi.binance.com",
+            Market::Coinm => "https://dapi.binance.com",
+        }
+    }
+
+    /// Whether this is a futures market (which allows `0ms` updates and no 5000-level depth).
+    pub fn is_futures(self) -> bool {
+        self != Market::Spot
+    }
+}
+
+impl UpdateSpeed {
+    /// The update interval; zero for real-time.
+    pub fn interval(self) -> Duration {
+        Duration::from_millis(match self {
+            UpdateSpeed::Realtime => 0,
+            UpdateSpeed::Ms100 => 100,
+            UpdateSpeed::Ms250 => 250,
+            UpdateSpeed::Ms500 => 500,
+            UpdateSpeed::Ms1000 => 1000,
+        })
+    }
+}
+
+/// Process-wide settings, the `[daemon]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// Where the Prometheus endpoint listens. Any address is accepted; one that is not loopback
+    /// exposes the metrics to the network.
+    pub metrics_listen: SocketAddr,
+    /// The core the rx thread is pinned to; `None` leaves it to the scheduler.
+    pub rx_core: Option<usize>,
+    /// What the rx thread does when idle.
+    pub idle: Idle,
+    /// Slots in each consumer queue.
+    pub consumer_queue: PowerOfTwo,
+    /// The most detailed log level written.
+    pub log_level: LogLevel,
+}
+
+impl Default for Daemon {
+    /// The values used for keys the file leaves out.
+    fn default() -> Self {
+        Self {
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            rx_core: None,
+            idle: Idle::BusySpin,
+            consumer_queue: PowerOfTwo::pow2(16),
+            log_level: LogLevel::Info,
+        }
+    }
+}
+
+/// One feed source, a `[[venue]]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Venue {
+    /// Unique among the venues of the file.
+    pub name: Name,
+    /// The protocol and everything that belongs to it.
+    pub kind: VenueKind,
+}
+
+/// A venue's protocol with the settings only that protocol has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VenueKind {
+    /// Nasdaq-style MoldUDP64 over multicast, with re-requests and a SoupBinTCP snapshot.
+    MoldUdp64 {
+        /// Where each stream starts.
+        start: Start,
+        /// One stream per channel, at least one.
+        channels: Vec<Channel<MoldSession>>,
+        /// Gap handling for every channel.
+        recovery: Recovery,
+    },
+    /// IEX-TP over multicast.
+    IexTp {
+        /// Where each stream starts.
+        start: Start,
+        /// One stream per channel, at least one.
+        channels: Vec<Channel<IexSession>>,
+        /// Gap handling for every channel.
+        recovery: Recovery,
+    },
+    /// Binance diff-depth streams over WebSocket, resynchronised from REST snapshots.
+    Binance {
+        /// The market read.
+        market: Market,
+        /// The combined-stream WebSocket endpoint (`ws` or `wss`).
+        ws_url: Url,
+        /// The REST endpoint for snapshots (`http` or `https`).
+        rest_url: Url,
+        /// One stream per symbol, at least one, no repeats.
+        symbols: Vec<Symbol>,
+        /// Levels per side in a snapshot.
+        depth_limit: DepthLimit,
+        /// Interval of depth updates.
+        update_speed: UpdateSpeed,
+        /// REST request weight spent per minute at most.
+        weight_budget_per_min: u32,
+        /// No message for this long means the connection is dead.
+        silence_timeout: Duration,
+        /// The connection is replaced after this long, before the server's 24-hour cut.
+        ws_max_age: Duration,
+        /// Updates held while a snapshot is fetched.
+        buffering: Buffering,
+        /// A snapshot not complete by then is abandoned and tried again.
+        snapshot_timeout: Duration,
+    },
+}
+
+/// One multicast stream, a `[[venue.channel]]` table; `S` is the protocol's session type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Channel<S> {
+    /// Unique within the venue.
+    pub name: Name,
+    /// The group and port joined.
+    pub group: MulticastGroup,
+    /// The local address the group is joined on; `0.0.0.0` lets the kernel choose.
+    pub interface: Ipv4Addr,
+    /// Accept packets from this source only (source-specific multicast).
+    pub source: Option<Ipv4Addr>,
+    /// The session expected; `None` adopts the first one seen.
+    pub session: Option<S>,
+    /// Re-request servers, tried in order.
+    pub rerequest: Vec<SocketAddrV4>,
+    /// Where a snapshot comes from when re-requests cannot close a gap.
+    pub snapshot: Option<Snapshot>,
+    /// `SO_RCVBUF` in bytes.
+    pub rcvbuf: usize,
+}
+
+/// A snapshot service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot {
+    /// A SoupBinTCP session that replays from a sequence number.
+    SoupBinTcp {
+        /// The server.
+        addr: SocketAddrV4,
+        /// The login.
+        login: SoupLogin,
+    },
+}
+
+/// How many frames a stream holds while it waits for missing ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buffering {
+    reorder_window: PowerOfTwo,
+    max_buffered: usize,
+}
+
+impl Buffering {
+    /// The largest reorder window accepted, 2^24 slots.
+    pub const MAX_WINDOW: usize = 1 << 24;
+
+    /// Returns `None` unless the window is 2..=2^24 and `max_buffered` is 1..=window.
+    pub fn new(reorder_window: PowerOfTwo, max_buffered: usize) -> Option<Self> {
+        let window = reorder_window.get();
+        let ok = (2..=Self::MAX_WINDOW).contains(&window) && (1..=window).contains(&max_buffered);
+        ok.then_some(Self {
+            reorder_window,
+            max_buffered,
+        })
+    }
+
+    /// Slots in the reorder ring: how far ahead of the next expected number a frame may land.
+    pub fn reorder_window(self) -> PowerOfTwo {
+        self.reorder_window
+    }
+
+    /// Frames held at most, never more than the window.
+    pub fn max_buffered(self) -> usize {
+        self.max_buffered
+    }
+}
+
+/// Gap handling for the streams of a multicast venue, the `[venue.recovery]` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Reorder ring and buffer limits.
+    pub buffering: Buffering,
+    /// Wait this long after a gap before the first re-request; reordering often fills it.
+    pub reorder_delay: Duration,
+    /// No answer within this is retried.
+    pub request_timeout: Duration,
+    /// Messages asked for in one request, 1..=65534.
+    pub max_request_count: u16,
+    /// Requests without progress before re-requests are given up for a snapshot.
+    pub retry_budget: u32,
+    /// Re-requests sent per second at most.
+    pub requests_per_sec: u32,
+    /// A gap larger than this goes straight to a snapshot.
+    pub max_replay: u64,
+    /// A backward jump at least this large is a suspected restart; `None` turns it off.
+    pub reset_threshold: Option<u64>,
+    /// A snapshot not complete by then is abandoned and tried again.
+    pub snapshot_timeout: Duration,
+}
+
+impl Default for Recovery {
+    /// The values used for keys the file leaves out.
+    fn default() -> Self {
+        Self {
+            buffering: Buffering {
+                reorder_window: PowerOfTwo::pow2(16),
+                max_buffered: 65536,
+            },
+            reorder_delay: Duration::from_micros(1000),
+            request_timeout: Duration::from_millis(50),
+            max_request_count: 1000,
+            retry_budget: 5,
+            requests_per_sec: 2000,
+            max_replay: 100_000,
+            reset_threshold: Some(1_000_000),
+            snapshot_timeout: Duration::from_millis(10_000),
+        }
+    }
+}
+
+/// Where in-order output goes, a `[[sink]]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    /// One JSON object per line, appended to a file.
+    Jsonl {
+        /// The file written.
+        path: PathBuf,
+    },
+    /// A Unix stream socket that clients connect to.
+    Unix {
+        /// The socket path, at most 107 bytes.
+        path: PathBuf,
+        /// Frames queued per client; a client this far behind is cut off.
+        client_queue: PowerOfTwo,
+    },
+    /// pcap files of the delivered frames, rotated by size.
+    Pcap {
+        /// The first file written; rotated files get a numeric suffix.
+        path: PathBuf,
+        /// A file is closed and a new one started at this size.
+        rotate_bytes: u64,
+    },
+}
+
+impl Sink {
+    /// The file or socket path of the sink.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Sink::Jsonl { path } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! From the raw file to a [`Config`]: the daemon table, the list of venues and the sinks.
+//!
+//! Each function checks every key of its table before it combines the results, so a file with
+//! several mistakes gets them all reported in one run.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use super::Config;
+use super::check::one_of;
+use super::error::{ErrorKind, Report};
+use super::locate::Path;
+use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
+use super::schema::{Daemon, Idle, LogLevel, Sink, Venue};
+use super::values::{PowerOfTwo, keyword_enum};
+use super::venue;
+
+/// The largest consumer or client queue, 2^24 slots.
+const MAX_QUEUE: usize = 1 << 24;
+
+/// Frames queued per Unix-socket client when `client_queue` is left out.
+const DEFAULT_CLIENT_QUEUE: PowerOfTwo = PowerOfTwo::pow2(16);
+
+/// pcap file size at which the next file starts when `rotate_bytes` is left out: 1 GiB.
+const DEFAULT_ROTATE_BYTES: u64 = 1 << 30;
+
+/// The longest Unix socket path: `sun_path` holds 108 bytes with the terminating NUL.
+const MAX_UNIX_PATH: usize = 107;
+
+keyword_enum! {
+    /// The kinds of sink.
+    enum SinkKind {
+        Jsonl = "jsonl",
+        Unix = "unix",
+        Pcap = "pcap",
+    }
+}
+
+/// Checks the whole file.
+pub(super) fn config(raw: &RawConfig, report: &mut Report<'_>) -> Option<Config> {
+    let daemon = match &raw.daemon {
+        Some(table) => daemon(table, report),
+        None => Some(Daemon::default()),
+    };
+    let venues = venues(&raw.venue, report);
+    let sinks = sinks(&raw.sink, report);
+    Some(Config {
+        daemon: daemon?,
+        venues: venues?,
+        sinks: sinks?,
+    })
+}
+
+fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon> {
+    let raw = table.get_ref();
+    let path = Path::root().key("daemon");
+    let defaults = Daemon::default();
+
+    let metrics_listen = match &raw.metrics_listen {
+        None => Some(defaults.metrics_listen),
+        Some(field) => metrics_listen(field, &path.key("metrics_listen"), report),
+    };
+    let rx_core = match &raw.rx_core {
+        None => Some(None),
+        Some(field) => report.int(field, &path.key("rx_core"), 0..=4095).map(Some),
+    };
+    let idle = match &raw.idle {
+        None => Some(defaults.idle),
+        Some(field) => report.keyword(field, &path.key("idle"), Idle::KEYWORDS, Idle::from_keyword),
+    };
+    let consumer_queue = report.power_of_two(
+        &raw.consumer_queue,
+        &path.key("consumer_queue"),
+        2..=MAX_QUEUE,
+        defaults.consumer_queue,
+    );
+    let log_level = match &raw.log_level {
+        None => Some(defaults.log_level),
+        Some(field) => report.keyword(
+            field,
+            &path.key("log_level"),
+            LogLevel::KEYWORDS,
+            LogLevel::from_keyword,
+        ),
+    };
+    Some(Daemon {
+        metrics_listen: metrics_listen?,
+        rx_core: rx_core?,
+        idle: idle?,
+        consumer_queue: consumer_queue?,
+        log_level: log_level?,
+    })
+}
+
+fn metrics_listen(
+    field: &Spanned<String>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<SocketAddr> {
+    let expected = "an IP address and a non-zero port such as \"127.0.0.1:9464\"";
+    let (kind, problem) = match field.get_ref().parse::<SocketAddr>() {
+        Ok(addr) if addr.port() != 0 => return Some(addr),
+        Ok(_) => (ErrorKind::BadAddress, "has port 0"),
+        Err(_) => (ErrorKind::BadAddress, "is not an IP address and port"),
+    };
+    let found = format!("{} {problem}", report.quote(&field.span()));
+    report.push(kind, &field.span(), path, found, expected);
+    None
+}
+
+fn venues(list: &List<RawVenue>, report: &mut Report<'_>) -> Option<Vec<Venue>> {
+    let path = Path::root().key("venue");
+    let Some(list) = list.as_ref().filter(|l| !l.get_ref().is_empty()) else {
+        let span = list.as_ref().map_or(0..0, Spanned::span);
+        let found = "the file has no venue";
+        let expected = "at least one [[venue]] table";
+        report.push(ErrorKind::MissingKey, &span, &path, found, expected);
+        return None;
+    };
+    let mut names = HashMap::new();
+    let mut built = Vec::new();
+    for (index, table) in list.get_ref().iter().enumerate() {
+        let path = path.index(index);
+        if let Some(name) = &table.get_ref().name {
+            let key = name.get_ref().clone();
+            report.unique(
+                &mut names,
+                key,
+                &name.span(),
+                &path.key("name"),
+                "venue name",
+            );
+        }
+        built.push(venue::venue(table, &path, report));
+    }
+    built.into_iter().collect()
+}
+
+fn sinks(list: &List<RawSink>, report: &mut Report<'_>) -> Option<Vec<Sink>> {
+    let Some(list) = list else {
+        return Some(Vec::new());
+    };
+    let mut paths = HashMap::new();
+    let mut built = Vec::new();
+    for (index, table) in list.get_ref().iter().enumerate() {
+        let path = Path::root().key("sink").index(index);
+        if let Some(file) = &table.get_ref().path {
+            let key = file.get_ref().clone();
+            report.unique(
+                &mut paths,
+                key,
+                &file.span(),
+                &path.key("path"),
+                "sink path",
+            );
+        }
+        built.push(sink(table, &path, report));
+    }
+    built.into_iter().collect()
+}
+
+fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Option<Sink> {
+    let raw = table.get_ref();
+    let header = table.span();
+    let kind = report
+        .required(
+            &raw.kind,
+            &header,
+            &path.key("kind"),
+            &one_of(SinkKind::KEYWORDS),
+        )
+        .and_then(|f| {
+            report.keyword(
+                f,
+                &path.key("kind"),
+                SinkKind::KEYWORDS,
+                SinkKind::from_keyword,
+            )
+        });
+    let file = report
+        .required(&raw.path, &header, &path.key("path"), "a file path")
+        .and_then(|f| file_path(f, &path.key("path"), report));
+    let kind = kind?;
+
+    let this = format!("a {} sink", kind.keyword());
+    let allowed = match kind {
+        SinkKind::Jsonl => "kind, path",
+        SinkKind::Unix => "kind, path, client_queue",
+        SinkKind::Pcap => "kind, path, rotate_bytes",
+    };
+    if kind != SinkKind::Unix {
+        let keys = raw
+            .client_queue
+            .as_ref()
+            .map(|f| ("client_queue", f.span()));
+        report.foreign_keys(&Vec::from_iter(keys), path, "unix sinks", &this, allowed);
+    }
+    if kind != SinkKind::Pcap {
+        let keys = raw
+            .rotate_bytes
+            .as_ref()
+            .map(|f| ("rotate_bytes", f.span()));
+        report.foreign_keys(&Vec::from_iter(keys), path, "pcap sinks", &this, allowed);
+    }
+
+    match kind {
+        SinkKind::Jsonl => Some(Sink::Jsonl { path: file? }),
+        SinkKind::Unix => {
+            let client_queue = report.power_of_two(
+                &raw.client_queue,
+                &path.key("client_queue"),
+                2..=MAX_QUEUE,
+                DEFAULT_CLIENT_QUEUE,
+            );
+            let file = file?;
+            let too_long = file.as_os_str().len() > MAX_UNIX_PATH;
+            if let (true, Some(field)) = (too_long, &raw.path) {
+                let found = format!(
+                    "{} is too long for a Unix socket",
+                    report.quote(&field.span())
+                );
+                let expected = format!("a path of at most {MAX_UNIX_PATH} bytes");
+                report.push(
+                    ErrorKind::OutOfRange,
+                    &field.span(),
+                    &path.key("path"),
+                    found,
+                    expected,
+                );
+                return None;
+            }
+            Some(Sink::Unix {
+                path: file,
+                client_queue: client_queue?,
+            })
+        }
+        SinkKind::Pcap => {
+            let rotate_bytes = report.int_or(
+                &raw.rotate_bytes,
+                &path.key("rotate_bytes"),
+                1 << 20..=1 << 40,
+                DEFAULT_ROTATE_BYTES,
+            );
+            Some(Sink::Pcap {
+                path: file?,
+                rotate_bytes: rotate_bytes?,
+            })
+        }
+    }
+}
+
+fn file_path(field: &Spanned<String>, path: &Path, report: &mut Report<'_>) -> Option<PathBuf> {
+    let text = field.get_ref();
+    if text.trim().is_empty() || text.contains('\0') {
+        let found = format!("{} is not a usable path", report.quote(&field.span()));
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            path,
+            found,
+            "a non-empty file path",
+        );
+        return None;
+    }
+    Some(PathBuf::from(text))
+}

@@ -1,0 +1,238 @@
+//! Checks of one `[[venue]]` table: its kind, its list of channels and its recovery table.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::channel::{iex_session, mold_session};
+use super::check::{NAME, one_of};
+use super::error::{ErrorKind, Report};
+use super::locate::Path;
+use super::raw::{RawRecovery, RawVenue};
+use super::schema::{Buffering, Channel, Recovery, Start, Venue, VenueKind};
+use super::values::keyword_enum;
+
+keyword_enum! {
+    /// The venue protocols.
+    enum Protocol {
+        MoldUdp64 = "moldudp64",
+        IexTp = "iex-tp",
+        Binance = "binance",
+    }
+}
+
+/// Checks one venue table at `path` (`venue[i]`).
+pub(super) fn venue(
+    table: &Spanned<RawVenue>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<Venue> {
+    let raw = table.get_ref();
+    let header = table.span();
+    let name = report
+        .required(&raw.name, &header, &path.key("name"), NAME)
+        .and_then(|f| report.name(f, &path.key("name")));
+    let expected = one_of(Protocol::KEYWORDS);
+    let protocol = report
+        .required(&raw.kind, &header, &path.key("kind"), &expected)
+        .and_then(|f| {
+            report.keyword(
+                f,
+                &path.key("kind"),
+                Protocol::KEYWORDS,
+                Protocol::from_keyword,
+            )
+        });
+    let kind = match protocol? {
+        Protocol::MoldUdp64 => {
+            let (start, recovery) = multicast_common(table, path, Protocol::MoldUdp64, report);
+            let channels = channels(table, path, report, mold_session);
+            Some(VenueKind::MoldUdp64 {
+                start: start?,
+                channels: channels?,
+                recovery: recovery?,
+            })
+        }
+        Protocol::IexTp => {
+            let (start, recovery) = multicast_common(table, path, Protocol::IexTp, report);
+            let channels = channels(table, path, report, iex_session);
+            Some(VenueKind::IexTp {
+                start: start?,
+                channels: channels?,
+                recovery: recovery?,
+            })
+        }
+        Protocol::Binance => super::binance::binance(table, path, report),
+    };
+    Some(Venue {
+        name: name?,
+        kind: kind?,
+    })
+}
+
+/// The keys a multicast venue has besides its channels.
+fn multicast_common(
+    table: &Spanned<RawVenue>,
+    path: &Path,
+    protocol: Protocol,
+    report: &mut Report<'_>,
+) -> (Option<Start>, Option<Recovery>) {
+    let raw = table.get_ref();
+    let this = format!("a {} venue", protocol.keyword());
+    let allowed = "name, kind, start, channel, recovery";
+    report.foreign_keys(&raw.binance_keys(), path, "binance venues", &this, allowed);
+    let start = match &raw.start {
+        None => Some(Start::Live),
+        Some(f) => report.keyword(f, &path.key("start"), Start::KEYWORDS, Start::from_keyword),
+    };
+    let recovery = match &raw.recovery {
+        None => Some(Recovery::default()),
+        Some(table) => recovery(table.get_ref(), &path.key("recovery"), report),
+    };
+    (start, recovery)
+}
+
+/// The `[[venue.channel]]` tables of a multicast venue; `session` reads the protocol's session.
+fn channels<S>(
+    table: &Spanned<RawVenue>,
+    path: &Path,
+    report: &mut Report<'_>,
+    session: fn(&Spanned<toml::Value>, &Path, &mut Report<'_>) -> Option<S>,
+) -> Option<Vec<Channel<S>>> {
+    let path = path.key("channel");
+    let list = table.get_ref().channel.as_ref();
+    let Some(list) = list.filter(|l| !l.get_ref().is_empty()) else {
+        let span = list.map_or(table.span(), Spanned::span);
+        let found = "the venue has no channel";
+        let expected = "at least one [[venue.channel]] table";
+        report.push(ErrorKind::MissingKey, &span, &path, found, expected);
+        return None;
+    };
+    let (mut names, mut groups) = (HashMap::new(), HashMap::new());
+    let mut built = Vec::new();
+    for (index, channel) in list.get_ref().iter().enumerate() {
+        let path = path.index(index);
+        let raw = channel.get_ref();
+        if let Some(name) = &raw.name {
+            let key = name.get_ref().clone();
+            report.unique(
+                &mut names,
+                key,
+                &name.span(),
+                &path.key("name"),
+                "channel name",
+            );
+        }
+        let built_channel = super::channel::channel(channel, &path, report, session);
+        if let (Some(c), Some(group)) = (&built_channel, &raw.group) {
+            let span = group.span();
+            report.unique(&mut groups, c.group, &span, &path.key("group"), "group");
+        }
+        built.push(built_channel);
+    }
+    built.into_iter().collect()
+}
+
+/// The reorder ring and buffer limits, shared by every venue kind.
+pub(super) fn buffering(
+    raw: &RawRecovery,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<Buffering> {
+    let default = Recovery::default().buffering;
+    let window = report.power_of_two(
+        &raw.reorder_window,
+        &path.key("reorder_window"),
+        2..=Buffering::MAX_WINDOW,
+        default.reorder_window(),
+    )?;
+    let max = i64::try_from(window.get()).unwrap_or(i64::MAX);
+    let max_buffered = report.int_or(
+        &raw.max_buffered,
+        &path.key("max_buffered"),
+        1..=max,
+        window.get(),
+    )?;
+    Buffering::new(window, max_buffered)
+}
+
+/// Milliseconds within `range`, or `default` for an absent key.
+pub(super) fn millis(
+    field: &Option<Spanned<i64>>,
+    path: &Path,
+    range: std::ops::RangeInclusive<i64>,
+    default: Duration,
+    report: &mut Report<'_>,
+) -> Option<Duration> {
+    match field {
+        None => Some(default),
+        Some(f) => report.int(f, path, range).map(Duration::from_millis),
+    }
+}
+
+fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<Recovery> {
+    let d = Recovery::default();
+    let buffering = buffering(raw, path, report);
+    let reorder_delay = match &raw.reorder_delay_us {
+        None => Some(d.reorder_delay),
+        Some(f) => report
+            .int(f, &path.key("reorder_delay_us"), 0..=1_000_000)
+            .map(Duration::from_micros),
+    };
+    let request_timeout = millis(
+        &raw.request_timeout_ms,
+        &path.key("request_timeout_ms"),
+        1..=60_000,
+        d.request_timeout,
+        report,
+    );
+    let max_request_count = report.int_or(
+        &raw.max_request_count,
+        &path.key("max_request_count"),
+        1..=65534,
+        d.max_request_count,
+    );
+    let retry_budget = report.int_or(
+        &raw.retry_budget,
+        &path.key("retry_budget"),
+        0..=1000,
+        d.retry_budget,
+    );
+    let requests_per_sec = report.int_or(
+        &raw.requests_per_sec,
+        &path.key("requests_per_sec"),
+        1..=1_000_000,
+        d.requests_per_sec,
+    );
+    let max_replay = report.int_or(
+        &raw.max_replay,
+        &path.key("max_replay"),
+        0..=i64::MAX,
+        d.max_replay,
+    );
+    let reset_threshold = match &raw.reset_threshold {
+        None => Some(d.reset_threshold),
+        Some(f) => report
+            .int::<u64>(f, &path.key("reset_threshold"), 0..=i64::MAX)
+            .map(|n| (n > 0).then_some(n)),
+    };
+    let snapshot_timeout = millis(
+        &raw.snapshot_timeout_ms,
+        &path.key("snapshot_timeout_ms"),
+        1..=3_600_000,
+        d.snapshot_timeout,
+        report,
+    );
+    Some(Recovery {
+        buffering: buffering?,
+        reorder_delay: reorder_delay?,
+        request_timeout: request_timeout?,
+        max_request_count: max_request_count?,
+        retry_budget: retry_budget?,
+        requests_per_sec: requests_per_sec?,
+        max_replay: max_replay?,
+        reset_threshold: reset_threshold?,
+        snapshot_timeout: snapshot_timeout?,
+    })
+}

@@ -1,0 +1,18 @@
+//! gapless: a market-data feed handler.
+//!
+//! gapless receives sequenced market data (MoldUDP64 and IEX-TP over UDP multicast, Binance
+//! depth streams over WebSocket), decides what is complete with a multi-stream gap detector,
+//! recovers what is missing, and hands every consumer frames that are complete, in order and
+//! exactly once, or an explicit statement that a stream is not synced.
+//!
+//! The layers, from the wire inwards:
+//!
+//! - [`capture`]: reading and writing pcap/pcapng captures (replay and recording).
+//! - [`protocol`]: wire codecs that borrow their input and never panic.
+//! - [`sequencer`]: the sans-IO gap detector and slot-ring reorder buffer.
+//! - [`config`]: the TOML configuration, validated as a whole with precise errors.
+
+pub mod capture;
+pub mod config;
+pub mod protocol;
+pub mod sequencer;

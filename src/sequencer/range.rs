@@ -1,0 +1,104 @@
+//! Inclusive sequence ranges and the walk that reports what is missing.
+
+use std::fmt;
+
+use super::ring::{RingIter, SlotRing};
+
+/// An inclusive range of sequence numbers `[from, to]`.
+///
+/// ```
+/// use gapless::sequencer::SeqRange;
+/// let gap = SeqRange::new(101, 102);
+/// assert_eq!(gap.len(), 2);
+/// assert!(gap.contains(102));
+/// assert_eq!(gap.to_string(), "[101, 102]");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqRange {
+    /// First sequence in the range.
+    pub from: u64,
+    /// Last sequence in the range (inclusive).
+    pub to: u64,
+}
+
+impl SeqRange {
+    /// A range from `from` to `to`, both inclusive. `to` below `from` is clamped to `from`.
+    pub const fn new(from: u64, to: u64) -> Self {
+        let to = if to < from { from } else { to };
+        Self { from, to }
+    }
+
+    /// How many sequence numbers the range holds (saturating at `u64::MAX`).
+    pub const fn len(&self) -> u64 {
+        (self.to - self.from).saturating_add(1)
+    }
+
+    /// Always false: a range holds at least one sequence number.
+    pub const fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// True when `seq` lies in the range.
+    pub const fn contains(&self, seq: u64) -> bool {
+        self.from <= seq && seq <= self.to
+    }
+}
+
+impl fmt::Display for SeqRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}, {}]", self.from, self.to)
+    }
+}
+
+/// The missing ranges of one stream, in order: every sequence in `[expected, horizon)` that
+/// no buffered frame covers. Borrowed from the detector; computing it allocates nothing.
+pub struct MissingRanges<'a, P> {
+    frames: Option<RingIter<'a, P>>,
+    cursor: u64,
+    horizon: u64,
+    pending: Option<SeqRange>,
+}
+
+impl<'a, P> MissingRanges<'a, P> {
+    pub(crate) fn new(ring: &'a SlotRing<P>, expected: u64, horizon: u64) -> Self {
+        Self {
+            frames: Some(ring.iter_from(expected)),
+            cursor: expected,
+            horizon,
+            pending: None,
+        }
+    }
+
+    pub(crate) fn empty() -> Self {
+        Self {
+            frames: None,
+            cursor: 0,
+            horizon: 0,
+            pending: None,
+        }
+    }
+}
+
+impl<P> Iterator for MissingRanges<'_, P> {
+    type Item = SeqRange;
+
+    fn next(&mut self) -> Option<SeqRange> {
+        if let Some(range) = self.pending.take() {
+            return Some(range);
+        }
+        while let Some(frame) = self.frames.as_mut().and_then(Iterator::next) {
+            let hole = (frame.first > self.cursor).then(|| SeqRange::new(self.cursor, frame.first - 1));
+            self.cursor = self.cursor.max(frame.last.saturating_add(1));
+            if hole.is_some() {
+                return hole;
+            }
+        }
+        self.frames = None;
+        if self.horizon > self.cursor {
+            let range = SeqRange::new(self.cursor, self.horizon - 1);
+            self.cursor = self.horizon;
+            return Some(range);
+        }
+        None
+    }
+}

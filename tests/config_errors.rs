@@ -1,0 +1,399 @@
+//! One test per kind of mistake: each message names the file, the key path, the line and
+//! column of the offending value (or of the header of a table that lacks a key), what was
+//! found and what is allowed.
+
+use gapless::config::{Config, ConfigError, ConfigErrors, ErrorKind};
+
+const FILE: &str = "config/bad.toml";
+
+/// A valid file; each test breaks it in one or more places. Line numbers matter below.
+const VALID: &str = r#"[daemon]
+idle = "yield"
+consumer_queue = 1024
+
+[[venue]]
+name = "nasdaq"
+kind = "moldudp64"
+
+  [[venue.channel]]
+  name = "itch-a"
+  group = "233.54.12.111:26477"
+  rerequest = ["10.1.9.1:18000"]
+
+  [[venue.channel]]
+  name = "itch-b"
+  group = "233.49.196.111:26477"
+
+  [venue.recovery]
+  reorder_window = 1024
+
+[[venue]]
+name = "btc"
+kind = "binance"
+market = "spot"
+symbols = ["btcusdt", "ethusdt"]
+
+[[sink]]
+kind = "jsonl"
+path = "a.jsonl"
+"#;
+
+/// `VALID` with each `(from, to)` replaced; every `from` must occur exactly once.
+fn edit(edits: &[(&str, &str)]) -> String {
+    let mut text = VALID.to_owned();
+    for (from, to) in edits {
+        assert_eq!(text.matches(from).count(), 1, "{from:?} must occur once");
+        text = text.replace(from, to);
+    }
+    text
+}
+
+fn errors(text: &str) -> ConfigErrors {
+    match Config::parse(text, FILE) {
+        Ok(config) => panic!("expected errors, got {config:?}"),
+        Err(errors) => errors,
+    }
+}
+
+/// Asserts that `error` is of `kind` and that its message has the file, `line:col`, the key
+/// path and `allowed`; returns the message.
+fn check(error: &ConfigError, kind: ErrorKind, at: &str, path: &str, allowed: &str) -> String {
+    let message = error.to_string();
+    assert_eq!(error.kind, kind, "{message}");
+    let prefix = format!("{FILE}:{at}: {path}: ");
+    assert!(message.starts_with(&prefix), "{message:?} lacks {prefix:?}");
+    let expected = message.split("; expected ").nth(1).unwrap_or("");
+    assert!(expected.contains(allowed), "{message:?} lacks {allowed:?}");
+    message
+}
+
+/// The only error of `text`, checked as by [`check`].
+fn single(text: &str, kind: ErrorKind, at: &str, path: &str, allowed: &str) -> String {
+    let errors = errors(text);
+    assert_eq!(errors.len(), 1, "{errors}");
+    check(&errors.errors()[0], kind, at, path, allowed)
+}
+
+#[test]
+fn the_valid_file_is_valid() {
+    Config::parse(VALID, FILE).expect("VALID is valid");
+}
+
+#[test]
+fn unknown_key() {
+    let text = edit(&[("  name = \"itch-b\"", "  nmae = \"itch-b\"")]);
+    let message = single(
+        &text,
+        ErrorKind::UnknownKey,
+        "15:3",
+        "venue[0].channel[1].nmae",
+        "`name`",
+    );
+    assert!(message.contains("unknown key `nmae`"), "{message}");
+}
+
+#[test]
+fn wrong_type() {
+    let text = edit(&[("consumer_queue = 1024", "consumer_queue = \"1024\"")]);
+    let message = single(
+        &text,
+        ErrorKind::WrongType,
+        "3:18",
+        "daemon.consumer_queue",
+        "an integer",
+    );
+    assert!(message.contains("\"1024\" is a string"), "{message}");
+}
+
+#[test]
+fn missing_field_points_at_the_table_header() {
+    let text = edit(&[("  group = \"233.49.196.111:26477\"\n", "")]);
+    let message = single(
+        &text,
+        ErrorKind::MissingKey,
+        "14:3",
+        "venue[0].channel[1].group",
+        "a multicast IPv4 address and port",
+    );
+    assert!(
+        message.contains("required key `group` is missing"),
+        "{message}"
+    );
+}
+
+#[test]
+fn bad_address() {
+    let text = edit(&[("\"233.54.12.111:26477\"", "\"233.54.12.111\"")]);
+    let message = single(
+        &text,
+        ErrorKind::BadAddress,
+        "11:11",
+        "venue[0].channel[0].group",
+        "",
+    );
+    assert_eq!(
+        message,
+        "config/bad.toml:11:11: venue[0].channel[0].group: \"233.54.12.111\" is not an address \
+         with a port; expected a multicast IPv4 address and port such as \"233.54.12.111:26477\""
+    );
+}
+
+#[test]
+fn bad_address_in_a_list() {
+    let text = edit(&[("[\"10.1.9.1:18000\"]", "[\"10.1.9.1:18000\", \"10.1.9.2\"]")]);
+    let path = "venue[0].channel[0].rerequest[1]";
+    single(
+        &text,
+        ErrorKind::BadAddress,
+        "12:34",
+        path,
+        "a unicast IPv4 address and port",
+    );
+}
+
+#[test]
+fn non_multicast_group() {
+    let text = edit(&[("233.49.196.111:26477", "10.1.2.3:26477")]);
+    let message = single(
+        &text,
+        ErrorKind::NotMulticast,
+        "16:11",
+        "venue[0].channel[1].group",
+        "multicast",
+    );
+    assert!(
+        message.contains("\"10.1.2.3:26477\" is not a multicast address"),
+        "{message}"
+    );
+}
+
+#[test]
+fn duplicate_venue_name() {
+    let text = edit(&[("name = \"btc\"", "name = \"nasdaq\"")]);
+    let message = single(
+        &text,
+        ErrorKind::Duplicate,
+        "22:8",
+        "venue[1].name",
+        "used once",
+    );
+    assert!(
+        message.contains("already used at line 6, column 8"),
+        "{message}"
+    );
+}
+
+#[test]
+fn out_of_range_window() {
+    let text = edit(&[("reorder_window = 1024", "reorder_window = 33554432")]);
+    let path = "venue[0].recovery.reorder_window";
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "19:20",
+        path,
+        "a power of two from 2 to 16777216",
+    );
+}
+
+#[test]
+fn max_buffered_above_the_window_is_out_of_range() {
+    let text = edit(&[(
+        "reorder_window = 1024",
+        "reorder_window = 1024\n  max_buffered = 2048",
+    )]);
+    let path = "venue[0].recovery.max_buffered";
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "20:18",
+        path,
+        "an integer from 1 to 1024",
+    );
+}
+
+#[test]
+fn not_power_of_two() {
+    let text = edit(&[("consumer_queue = 1024", "consumer_queue = 1000")]);
+    let message = single(
+        &text,
+        ErrorKind::NotPowerOfTwo,
+        "3:18",
+        "daemon.consumer_queue",
+        "a power of two",
+    );
+    assert!(message.contains("1000 is not a power of two"), "{message}");
+}
+
+#[test]
+fn key_of_the_wrong_venue_kind() {
+    let text = edit(&[
+        (
+            "kind = \"moldudp64\"",
+            "kind = \"moldudp64\"\nsymbols = [\"btcusdt\"]",
+        ),
+        ("market = \"spot\"", "market = \"spot\"\nstart = \"live\""),
+    ]);
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 2, "{errors}");
+    let mold = check(
+        &errors.errors()[0],
+        ErrorKind::WrongKind,
+        "8:11",
+        "venue[0].symbols",
+        "start, channel",
+    );
+    assert!(
+        mold.contains("`symbols` belongs to binance venues, not to a moldudp64 venue"),
+        "{mold}"
+    );
+    let binance = check(
+        &errors.errors()[1],
+        ErrorKind::WrongKind,
+        "26:9",
+        "venue[1].start",
+        "symbols",
+    );
+    assert!(binance.contains("not to a binance venue"), "{binance}");
+}
+
+#[test]
+fn rerequest_key_in_the_recovery_of_a_binance_venue() {
+    let text = edit(&[(
+        "[[sink]]",
+        "  [venue.recovery]\n  max_replay = 5\n\n[[sink]]",
+    )]);
+    let path = "venue[1].recovery.max_replay";
+    single(
+        &text,
+        ErrorKind::WrongKind,
+        "28:16",
+        path,
+        "reorder_window, max_buffered",
+    );
+}
+
+#[test]
+fn key_of_the_wrong_sink_kind() {
+    let text = edit(&[(
+        "path = \"a.jsonl\"",
+        "path = \"a.jsonl\"\nclient_queue = 64",
+    )]);
+    single(
+        &text,
+        ErrorKind::WrongKind,
+        "30:16",
+        "sink[0].client_queue",
+        "kind, path",
+    );
+}
+
+#[test]
+fn spot_has_no_realtime_updates() {
+    let text = edit(&[(
+        "market = \"spot\"",
+        "market = \"spot\"\nupdate_speed = \"0ms\"",
+    )]);
+    single(
+        &text,
+        ErrorKind::InvalidValue,
+        "25:16",
+        "venue[1].update_speed",
+        "\"100ms\", \"250ms\"",
+    );
+}
+
+#[test]
+fn unknown_keyword() {
+    let text = edit(&[("idle = \"yield\"", "idle = \"spin\"")]);
+    single(
+        &text,
+        ErrorKind::InvalidValue,
+        "2:8",
+        "daemon.idle",
+        "one of \"busy-spin\", \"yield\", \"block\"",
+    );
+}
+
+#[test]
+fn a_file_without_venues() {
+    single(
+        "[daemon]\n",
+        ErrorKind::MissingKey,
+        "1:1",
+        "venue",
+        "at least one [[venue]] table",
+    );
+}
+
+#[test]
+fn syntax_error() {
+    let text = edit(&[("idle = \"yield\"", "idle = \"yield")]);
+    single(
+        &text,
+        ErrorKind::Syntax,
+        "2:14",
+        "daemon.idle",
+        "valid TOML",
+    );
+}
+
+#[test]
+fn unreadable_file() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/no-such-file.toml");
+    let errors = Config::load(path).expect_err("the file does not exist");
+    assert_eq!(errors.errors()[0].kind, ErrorKind::Io);
+    assert!(
+        errors.to_string().starts_with(&format!("{path}: ")),
+        "{errors}"
+    );
+}
+
+#[test]
+fn multiple_errors_reported_together() {
+    let text = edit(&[
+        ("consumer_queue = 1024", "consumer_queue = 1000"),
+        ("\"233.54.12.111:26477\"", "\"233.54.12.111\""),
+        ("233.49.196.111:26477", "10.1.2.3:26477"),
+        ("reorder_window = 1024", "reorder_window = 33554432"),
+        ("name = \"btc\"", "name = \"nasdaq\""),
+        (
+            "symbols = [\"btcusdt\", \"ethusdt\"]",
+            "symbols = [\"btcusdt\", \"BTC\"]",
+        ),
+    ]);
+    let errors = errors(&text);
+    let found: Vec<(ErrorKind, &str)> = errors.iter().map(|e| (e.kind, e.path.as_str())).collect();
+    assert_eq!(
+        found,
+        [
+            (ErrorKind::NotPowerOfTwo, "daemon.consumer_queue"),
+            (ErrorKind::BadAddress, "venue[0].channel[0].group"),
+            (ErrorKind::NotMulticast, "venue[0].channel[1].group"),
+            (ErrorKind::OutOfRange, "venue[0].recovery.reorder_window"),
+            (ErrorKind::Duplicate, "venue[1].name"),
+            (ErrorKind::InvalidValue, "venue[1].symbols[1]"),
+        ],
+        "{errors}"
+    );
+    let positions: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            e.position
+                .map(|p| format!("{}:{}", p.line, p.column))
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        positions,
+        ["3:18", "11:11", "16:11", "19:20", "22:8", "25:23"]
+    );
+    // One line per error, each a complete message.
+    let text = errors.to_string();
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with(FILE) && l.contains("; expected ")),
+        "{text}"
+    );
+}

@@ -1,0 +1,80 @@
+//! Steady-state ingest allocates nothing: a counting global allocator watches the detector
+//! through in-order delivery, reordering, gaps, backfill and heartbeats.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gapless::sequencer::{Detector, Frame, StreamConfig};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn steady_state_ingest_allocates_nothing() {
+    let mut detector: Detector<u64> = Detector::new();
+    let a = detector.add_stream(StreamConfig::point(1024));
+    let b = detector.add_stream(StreamConfig::range(1024));
+    let mut out = Vec::with_capacity(4096);
+    let mut seq = 1u64;
+    let mut range_next = 1u64;
+
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for round in 0..2_000u64 {
+        // In order.
+        for _ in 0..8 {
+            detector.ingest(a, 0, Frame::point(seq, seq), &mut out);
+            seq += 1;
+        }
+        // Reordered pair.
+        detector.ingest(a, 0, Frame::point(seq + 1, seq + 1), &mut out);
+        detector.ingest(a, 0, Frame::point(seq, seq), &mut out);
+        seq += 2;
+        // A gap filled by backfill, with the missing ranges walked as a requester would.
+        detector.ingest(a, 0, Frame::point(seq + 3, seq + 3), &mut out);
+        let missing: u64 = detector.missing(a).map(|r| r.len()).sum();
+        assert_eq!(missing, 3);
+        for k in 0..3 {
+            let _ = detector.backfill(a, 0, Frame::point(seq + k, seq + k), &mut out);
+        }
+        seq += 4;
+        // Tail loss revealed by a heartbeat, then filled.
+        detector.heartbeat(a, 0, seq + 1);
+        let _ = detector.backfill(a, 0, Frame::point(seq, seq), &mut out);
+        seq += 1;
+        // Range frames, including a straddling one.
+        detector.ingest(b, 0, Frame::range(range_next, range_next + 4, round), &mut out);
+        detector.ingest(b, 0, Frame::range(range_next + 3, range_next + 9, round), &mut out);
+        range_next += 10;
+        let _ = detector.stats(a);
+        out.clear();
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocations, 0, "steady-state ingest allocated {allocations} times");
+    assert!(detector.is_trading_authorized(a));
+    assert!(detector.is_trading_authorized(b));
+    assert_eq!(detector.stats(a).delivered, seq - 1);
+}
