@@ -40,7 +40,12 @@ impl Rng {
 }
 
 fn in_order() -> Vec<Arrival> {
-    (1..=FRAMES).map(|seq| Arrival { seq, backfill: false }).collect()
+    (1..=FRAMES)
+        .map(|seq| Arrival {
+            seq,
+            backfill: false,
+        })
+        .collect()
 }
 
 /// Moves chosen frames `delay` positions later.
@@ -52,7 +57,10 @@ fn delayed(pick: impl Fn(&mut Rng, u64) -> Option<usize>, backfill: bool) -> Vec
             Some(delay) => (seq as usize) + delay,
             None => seq as usize,
         };
-        let arrival = Arrival { seq, backfill: backfill && at != seq as usize };
+        let arrival = Arrival {
+            seq,
+            backfill: backfill && at != seq as usize,
+        };
         if let Some(slot) = slots.get_mut(at) {
             slot.push(arrival);
         }
@@ -61,7 +69,10 @@ fn delayed(pick: impl Fn(&mut Rng, u64) -> Option<usize>, backfill: bool) -> Vec
 }
 
 fn reordered_10pct() -> Vec<Arrival> {
-    delayed(|rng, _| rng.chance(100_000).then(|| 1 + (rng.next() % 63) as usize), false)
+    delayed(
+        |rng, _| rng.chance(100_000).then(|| 1 + (rng.next() % 63) as usize),
+        false,
+    )
 }
 
 fn late_500() -> Vec<Arrival> {
@@ -75,7 +86,12 @@ fn loss_1pct_backfill() -> Vec<Arrival> {
 /// The same record the detector hands out, so both sides produce identical output.
 #[inline]
 fn delivered(seq: u64, payload: u64) -> Delivered<u64> {
-    Delivered { first: seq, last: seq, fresh_from: seq, payload }
+    Delivered {
+        first: seq,
+        last: seq,
+        fresh_from: seq,
+        payload,
+    }
 }
 
 /// The baseline: the textbook receiver with a `BTreeMap` of pending frames.
@@ -87,7 +103,11 @@ struct TreeDetector {
 
 impl TreeDetector {
     fn new() -> Self {
-        Self { expected: 1, pending: BTreeMap::new(), missing: 0 }
+        Self {
+            expected: 1,
+            pending: BTreeMap::new(),
+            missing: 0,
+        }
     }
 
     #[inline]

@@ -90,8 +90,18 @@ impl Oracle {
         };
     }
 
-    fn ingest(&mut self, epoch: u64, first: u64, last: u64, backfill: bool, out: &mut Vec<(u64, u64)>) -> Disposition {
-        if last < first || last == u64::MAX || (self.cfg.sequencing == Sequencing::Point && first != last) {
+    fn ingest(
+        &mut self,
+        epoch: u64,
+        first: u64,
+        last: u64,
+        backfill: bool,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Disposition {
+        if last < first
+            || last == u64::MAX
+            || (self.cfg.sequencing == Sequencing::Point && first != last)
+        {
             return Disposition::Invalid;
         }
         if let Err(d) = self.begin(epoch) {
@@ -118,13 +128,19 @@ impl Oracle {
             self.horizon = self.horizon.max(self.expected);
             self.drain(out);
             self.settle(backfill);
-            return if overlap { Disposition::PartialOverlap } else { Disposition::Processed };
+            return if overlap {
+                Disposition::PartialOverlap
+            } else {
+                Disposition::Processed
+            };
         }
         if self.pending.contains_key(&first) {
             return Disposition::Duplicate;
         }
         self.horizon = self.horizon.max(last + 1);
-        if first - self.expected >= self.cfg.window as u64 || self.pending.len() >= self.cfg.max_buffered {
+        if first - self.expected >= self.cfg.window as u64
+            || self.pending.len() >= self.cfg.max_buffered
+        {
             self.state = StreamState::ResetRequired;
             return Disposition::DroppedBufferFull;
         }
@@ -194,10 +210,27 @@ impl Oracle {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Ingest { stream: usize, epoch: i8, offset: i64, len: u64 },
-    Backfill { stream: usize, epoch: i8, offset: i64, len: u64 },
-    Heartbeat { stream: usize, epoch: i8, offset: i64 },
-    Resync { stream: usize, offset: i64 },
+    Ingest {
+        stream: usize,
+        epoch: i8,
+        offset: i64,
+        len: u64,
+    },
+    Backfill {
+        stream: usize,
+        epoch: i8,
+        offset: i64,
+        len: u64,
+    },
+    Heartbeat {
+        stream: usize,
+        epoch: i8,
+        offset: i64,
+    },
+    Resync {
+        stream: usize,
+        offset: i64,
+    },
 }
 
 fn epoch_delta() -> impl Strategy<Value = i8> {
@@ -221,7 +254,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn configs() -> [StreamConfig; 3] {
     [
-        StreamConfig::point(16).with_max_buffered(12).with_reset_threshold(50),
+        StreamConfig::point(16)
+            .with_max_buffered(12)
+            .with_reset_threshold(50),
         StreamConfig::point(8).with_baseline(Baseline::Expect(0)),
         StreamConfig::range(32).with_reset_threshold(60),
     ]
@@ -246,11 +281,26 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         out.clear();
         expect.clear();
         let (s, kind) = match *op {
-            Op::Ingest { stream, epoch, offset, len } | Op::Backfill { stream, epoch, offset, len } => {
+            Op::Ingest {
+                stream,
+                epoch,
+                offset,
+                len,
+            }
+            | Op::Backfill {
+                stream,
+                epoch,
+                offset,
+                len,
+            } => {
                 let o = &mut oracles[stream];
                 let epoch = o.epoch.unwrap_or(1).saturating_add_signed(epoch.into());
                 let first = at(o.expected, offset);
-                let last = if cfgs[stream].sequencing == Sequencing::Point { first } else { first + len };
+                let last = if cfgs[stream].sequencing == Sequencing::Point {
+                    first
+                } else {
+                    first + len
+                };
                 token += 1;
                 let frame = Frame::range(first, last, token);
                 let backfill = matches!(op, Op::Backfill { .. });
@@ -261,17 +311,30 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     Some(o.ingest(epoch, first, last, backfill, &mut expect))
                 };
                 let got = if backfill {
-                    detector.backfill(ids[stream], epoch, frame, &mut out).ok().map(|r| r.outcome)
+                    detector
+                        .backfill(ids[stream], epoch, frame, &mut out)
+                        .ok()
+                        .map(|r| r.outcome)
                 } else {
                     Some(detector.ingest(ids[stream], epoch, frame, &mut out))
                 };
-                prop_assert_eq!(got.map(|g| g.disposition), want, "{:?} from {:?}", op, before);
+                prop_assert_eq!(
+                    got.map(|g| g.disposition),
+                    want,
+                    "{:?} from {:?}",
+                    op,
+                    before
+                );
                 if got.is_some_and(|g| g.epoch_reset) {
                     last_seen[stream] = None;
                 }
                 (stream, "frame")
             }
-            Op::Heartbeat { stream, epoch, offset } => {
+            Op::Heartbeat {
+                stream,
+                epoch,
+                offset,
+            } => {
                 let o = &mut oracles[stream];
                 let epoch = o.epoch.unwrap_or(1).saturating_add_signed(epoch.into());
                 let next = at(o.expected, offset);
@@ -310,7 +373,9 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             prop_assert_eq!(missing, o.missing(), "stream {} missing", i);
             let stats = detector.stats(id);
             prop_assert_eq!(stats.buffered, o.pending.len(), "stream {} buffered", i);
-            prop_assert!(stats.buffered <= cfgs[i].max_buffered && stats.buffered <= cfgs[i].window);
+            prop_assert!(
+                stats.buffered <= cfgs[i].max_buffered && stats.buffered <= cfgs[i].window
+            );
             if o.state != StreamState::Unseen {
                 prop_assert_eq!(detector.expected(id), Some(o.expected));
             }

@@ -66,14 +66,27 @@ fn steady_state_ingest_allocates_nothing() {
         let _ = detector.backfill(a, 0, Frame::point(seq, seq), &mut out);
         seq += 1;
         // Range frames, including a straddling one.
-        detector.ingest(b, 0, Frame::range(range_next, range_next + 4, round), &mut out);
-        detector.ingest(b, 0, Frame::range(range_next + 3, range_next + 9, round), &mut out);
+        detector.ingest(
+            b,
+            0,
+            Frame::range(range_next, range_next + 4, round),
+            &mut out,
+        );
+        detector.ingest(
+            b,
+            0,
+            Frame::range(range_next + 3, range_next + 9, round),
+            &mut out,
+        );
         range_next += 10;
         let _ = detector.stats(a);
         out.clear();
     }
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
-    assert_eq!(allocations, 0, "steady-state ingest allocated {allocations} times");
+    assert_eq!(
+        allocations, 0,
+        "steady-state ingest allocated {allocations} times"
+    );
     assert!(detector.is_trading_authorized(a));
     assert!(detector.is_trading_authorized(b));
     assert_eq!(detector.stats(a).delivered, seq - 1);

@@ -2,7 +2,7 @@
 //! range and linked-range behaviour the venues rely on.
 
 use gapless::sequencer::{
-    Baseline, BackfillError, Delivered, Detector, Disposition, Frame, SeqRange, StreamConfig,
+    BackfillError, Baseline, Delivered, Detector, Disposition, Frame, SeqRange, StreamConfig,
     StreamId, StreamState,
 };
 
@@ -22,7 +22,12 @@ fn missing(d: &Detector<u64>, s: StreamId) -> Vec<(u64, u64)> {
     d.missing(s).map(|r| (r.from, r.to)).collect()
 }
 
-fn ingest(d: &mut Detector<u64>, s: StreamId, seq: u64, out: &mut Vec<Delivered<u64>>) -> Disposition {
+fn ingest(
+    d: &mut Detector<u64>,
+    s: StreamId,
+    seq: u64,
+    out: &mut Vec<Delivered<u64>>,
+) -> Disposition {
     d.ingest(s, E, Frame::point(seq, seq), out).disposition
 }
 
@@ -103,10 +108,16 @@ fn buffer_bound_latches_reset_required() {
     ingest(&mut d, s, 100, &mut out);
     assert_eq!(ingest(&mut d, s, 102, &mut out), Disposition::Buffered);
     assert_eq!(ingest(&mut d, s, 103, &mut out), Disposition::Buffered);
-    assert_eq!(ingest(&mut d, s, 104, &mut out), Disposition::DroppedBufferFull);
+    assert_eq!(
+        ingest(&mut d, s, 104, &mut out),
+        Disposition::DroppedBufferFull
+    );
     assert_eq!(d.state(s), StreamState::ResetRequired);
     assert_eq!(d.stats(s).buffered, 2, "buffer still 2");
-    assert_eq!(ingest(&mut d, s, 105, &mut out), Disposition::DroppedResetRequired);
+    assert_eq!(
+        ingest(&mut d, s, 105, &mut out),
+        Disposition::DroppedResetRequired
+    );
     assert_eq!(
         d.backfill(s, E, Frame::point(101, 101), &mut out),
         Err(BackfillError::ResetRequired(s.index() as u32))
@@ -148,9 +159,15 @@ fn backward_jump_below_threshold_is_duplicate() {
     let (mut d, s) = point();
     let mut out = Vec::new();
     ingest(&mut d, s, 5_000_000, &mut out);
-    assert_eq!(ingest(&mut d, s, 5_000_000 - 999, &mut out), Disposition::Duplicate);
+    assert_eq!(
+        ingest(&mut d, s, 5_000_000 - 999, &mut out),
+        Disposition::Duplicate
+    );
     assert_eq!(d.state(s), StreamState::Synced);
-    assert_eq!(ingest(&mut d, s, 5_000_000 - 1000, &mut out), Disposition::ResetSuspected);
+    assert_eq!(
+        ingest(&mut d, s, 5_000_000 - 1000, &mut out),
+        Disposition::ResetSuspected
+    );
 }
 
 #[test]
@@ -205,7 +222,8 @@ fn range_partial_overlap_after_resync_is_applied() {
     let s = d.add_stream(StreamConfig::range(64).with_baseline(Baseline::Resync));
     let mut out = Vec::new();
     assert_eq!(
-        d.ingest(s, E, Frame::range(990, 1000, 0u64), &mut out).disposition,
+        d.ingest(s, E, Frame::range(990, 1000, 0u64), &mut out)
+            .disposition,
         Disposition::AwaitingResync
     );
     d.resynchronize(s, 1001, &mut out);
@@ -224,7 +242,8 @@ fn range_wholly_below_after_resync_is_duplicate() {
     let mut out = Vec::new();
     d.resynchronize(s, 1001, &mut out);
     assert_eq!(
-        d.ingest(s, E, Frame::range(990, 1000, 0u64), &mut out).disposition,
+        d.ingest(s, E, Frame::range(990, 1000, 0u64), &mut out)
+            .disposition,
         Disposition::Duplicate
     );
     assert_eq!(d.state(s), StreamState::Synced);
@@ -255,7 +274,10 @@ fn unknown_stream_is_not_authorized() {
     assert!(!d.is_trading_authorized(foreign));
     assert_eq!(d.state(foreign), StreamState::Unseen);
     let mut out = Vec::new();
-    assert_eq!(ingest(&mut d, foreign, 1, &mut out), Disposition::UnknownStream);
+    assert_eq!(
+        ingest(&mut d, foreign, 1, &mut out),
+        Disposition::UnknownStream
+    );
 }
 
 #[test]
@@ -294,7 +316,10 @@ fn newer_epoch_waits_for_resync_when_configured() {
     let s = d.add_stream(StreamConfig::point(64).with_baseline(Baseline::Resync));
     let mut out = Vec::new();
     d.resynchronize_epoch(s, 7, 10, &mut out);
-    assert_eq!(d.ingest(s, 7, Frame::point(10, 0u64), &mut out).disposition, Disposition::Processed);
+    assert_eq!(
+        d.ingest(s, 7, Frame::point(10, 0u64), &mut out).disposition,
+        Disposition::Processed
+    );
     let o = d.ingest(s, 8, Frame::point(1, 0), &mut out);
     assert_eq!(o.disposition, Disposition::AwaitingResync);
     assert!(o.epoch_reset);
@@ -335,27 +360,32 @@ fn linked_range_follows_prev() {
     // Futures rule: resync at the snapshot's lastUpdateId L; first event has U <= L <= u.
     d.resynchronize(s, 500, &mut out);
     assert_eq!(
-        d.ingest(s, E, Frame::linked(480, 499, 470, 0u64), &mut out).disposition,
+        d.ingest(s, E, Frame::linked(480, 499, 470, 0u64), &mut out)
+            .disposition,
         Disposition::Duplicate
     );
     assert_eq!(
-        d.ingest(s, E, Frame::linked(495, 510, 490, 1), &mut out).disposition,
+        d.ingest(s, E, Frame::linked(495, 510, 490, 1), &mut out)
+            .disposition,
         Disposition::PartialOverlap
     );
     // Ids are not contiguous: 520 follows 510 by its link.
     assert_eq!(
-        d.ingest(s, E, Frame::linked(520, 530, 510, 2), &mut out).disposition,
+        d.ingest(s, E, Frame::linked(520, 530, 510, 2), &mut out)
+            .disposition,
         Disposition::Processed
     );
     // A broken link is a gap; the frame waits.
     assert_eq!(
-        d.ingest(s, E, Frame::linked(560, 570, 550, 3), &mut out).disposition,
+        d.ingest(s, E, Frame::linked(560, 570, 550, 3), &mut out)
+            .disposition,
         Disposition::Buffered
     );
     assert!(!d.is_trading_authorized(s));
     // The missing link arrives (as a backfill would); both are released in order.
     out.clear();
-    d.backfill(s, E, Frame::linked(540, 550, 530, 4), &mut out).unwrap();
+    d.backfill(s, E, Frame::linked(540, 550, 530, 4), &mut out)
+        .unwrap();
     assert_eq!(seqs(&out), [540, 560]);
     assert!(d.is_trading_authorized(s));
 }
@@ -378,9 +408,20 @@ fn invalid_frames_are_counted() {
     let p = d.add_stream(StreamConfig::point(8));
     let r = d.add_stream(StreamConfig::range(8));
     let mut out = Vec::new();
-    assert_eq!(d.ingest(p, E, Frame::range(5, 6, 0u64), &mut out).disposition, Disposition::Invalid);
-    assert_eq!(d.ingest(r, E, Frame::range(9, 3, 0), &mut out).disposition, Disposition::Invalid);
-    assert_eq!(d.ingest(r, E, Frame::point(u64::MAX, 0), &mut out).disposition, Disposition::Invalid);
+    assert_eq!(
+        d.ingest(p, E, Frame::range(5, 6, 0u64), &mut out)
+            .disposition,
+        Disposition::Invalid
+    );
+    assert_eq!(
+        d.ingest(r, E, Frame::range(9, 3, 0), &mut out).disposition,
+        Disposition::Invalid
+    );
+    assert_eq!(
+        d.ingest(r, E, Frame::point(u64::MAX, 0), &mut out)
+            .disposition,
+        Disposition::Invalid
+    );
     assert_eq!(d.stats(r).invalid, 2);
     assert_eq!(d.state(r), StreamState::Unseen);
 }
@@ -405,8 +446,12 @@ fn overlapping_range_frames_drain_in_order() {
     d.ingest(s, E, Frame::range(104, 104, 2), &mut out);
     out.clear();
     // Covers 101..=108: releases itself, drops 104 (covered), delivers 109 as overlap.
-    d.backfill(s, E, Frame::range(101, 108, 3), &mut out).unwrap();
-    let got: Vec<(u64, u64, u64)> = out.iter().map(|f| (f.first, f.last, f.fresh_from)).collect();
+    d.backfill(s, E, Frame::range(101, 108, 3), &mut out)
+        .unwrap();
+    let got: Vec<(u64, u64, u64)> = out
+        .iter()
+        .map(|f| (f.first, f.last, f.fresh_from))
+        .collect();
     assert_eq!(got, [(101, 108, 101), (107, 109, 109)]);
     assert_eq!(d.state(s), StreamState::Synced);
     assert_eq!(d.expected(s), Some(110));

@@ -87,7 +87,8 @@ impl<P> Iterator for MissingRanges<'_, P> {
             return Some(range);
         }
         while let Some(frame) = self.frames.as_mut().and_then(Iterator::next) {
-            let hole = (frame.first > self.cursor).then(|| SeqRange::new(self.cursor, frame.first - 1));
+            let hole =
+                (frame.first > self.cursor).then(|| SeqRange::new(self.cursor, frame.first - 1));
             self.cursor = self.cursor.max(frame.last.saturating_add(1));
             if hole.is_some() {
                 return hole;

@@ -175,10 +175,10 @@ impl<P> SlotRing<P> {
             return;
         }
         for index in 0..self.slots.len() {
-            if self.bit(index) {
-                if let Some(frame) = self.take_index(index) {
-                    f(frame);
-                }
+            if self.bit(index)
+                && let Some(frame) = self.take_index(index)
+            {
+                f(frame);
             }
         }
     }

@@ -79,7 +79,10 @@ impl<P> Stream<P> {
         StreamStats {
             delivered: c.delivered,
             gaps: c.gaps,
-            missing: self.missing().map(|r| r.len()).fold(0u64, u64::saturating_add),
+            missing: self
+                .missing()
+                .map(|r| r.len())
+                .fold(0u64, u64::saturating_add),
             buffered: self.ring.len(),
             buffered_hwm: c.buffered_hwm,
             duplicates: c.duplicates,
@@ -127,7 +130,9 @@ impl<P> Stream<P> {
             // Synced means the ring is empty and nothing is known beyond `expected`, so
             // delivering this frame can unblock nothing else.
             if self.cfg.sequencing == Sequencing::Point {
-                if frame.first == self.expected && frame.last == frame.first && frame.last < u64::MAX
+                if frame.first == self.expected
+                    && frame.last == frame.first
+                    && frame.last < u64::MAX
                 {
                     self.expected += 1;
                     self.horizon = self.expected;
@@ -245,14 +250,13 @@ impl<P> Stream<P> {
         }
         if let (Sequencing::LinkedRange, Some(prev), Some(last)) =
             (self.cfg.sequencing, frame.prev, self.last_delivered)
+            && prev < last
         {
-            if prev < last {
-                // The frame says its predecessor ended before what was already delivered:
-                // the venue's chain went backwards. Only a resync can make sense of it.
-                self.counters.reset_suspected += 1;
-                self.state = StreamState::ResetRequired;
-                return Outcome::of(Disposition::ResetSuspected);
-            }
+            // The frame says its predecessor ended before what was already delivered: the
+            // venue's chain went backwards. Only a resync can make sense of it.
+            self.counters.reset_suspected += 1;
+            self.state = StreamState::ResetRequired;
+            return Outcome::of(Disposition::ResetSuspected);
         }
         self.buffer(frame, backfill)
     }
@@ -448,10 +452,10 @@ impl<P> Stream<P> {
         next: u64,
         out: &mut Vec<Delivered<P>>,
     ) -> usize {
-        if let Some(epoch) = epoch {
-            if self.epoch != Some(epoch) {
-                self.reset_to_epoch(epoch);
-            }
+        if let Some(epoch) = epoch
+            && self.epoch != Some(epoch)
+        {
+            self.reset_to_epoch(epoch);
         }
         let before = out.len();
         let cap = self.ring.capacity();

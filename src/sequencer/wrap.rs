@@ -25,10 +25,8 @@ pub fn extend_u32(wire: u32, expected: u64) -> u64 {
     } else {
         candidate
     };
-    u64::try_from(adjusted).unwrap_or_else(|_| {
-        // The nearest value lies outside u64: the in-range alternative is the candidate.
-        candidate as u64
-    })
+    // When the nearest value lies outside u64, the in-range alternative is the candidate.
+    u64::try_from(adjusted).unwrap_or(candidate as u64)
 }
 
 #[cfg(test)]
@@ -51,7 +49,11 @@ mod tests {
             assert_eq!(extend_u32(0, expected), WRAP, "forward from {expected}");
             assert_eq!(extend_u32(10, expected), WRAP + 10);
             let expected = WRAP + offset;
-            assert_eq!(extend_u32(u32::MAX, expected), WRAP - 1, "backward from {expected}");
+            assert_eq!(
+                extend_u32(u32::MAX, expected),
+                WRAP - 1,
+                "backward from {expected}"
+            );
         }
     }
 
@@ -62,7 +64,11 @@ mod tests {
             for delta in [-1_000_000i64, -1, 0, 1, 1_000_000, (1 << 31) - 1] {
                 let target = base.wrapping_add_signed(delta);
                 let expected = base;
-                assert_eq!(extend_u32(target as u32, expected), target, "{epoch} {delta}");
+                assert_eq!(
+                    extend_u32(target as u32, expected),
+                    target,
+                    "{epoch} {delta}"
+                );
             }
         }
     }
@@ -81,7 +87,7 @@ mod tests {
     #[test]
     fn stays_in_range_at_the_ends() {
         assert_eq!(extend_u32(u32::MAX, 0), u64::from(u32::MAX));
-        assert_eq!(extend_u32(0, u64::MAX), u64::MAX & !0xFFFF_FFFF);
+        assert_eq!(extend_u32(0, u64::MAX), 0xFFFF_FFFF_0000_0000);
         assert_eq!(extend_u32(u32::MAX, u64::MAX), u64::MAX);
     }
 }
