@@ -94,47 +94,73 @@ fn delivered(seq: u64, payload: u64) -> Delivered<u64> {
     }
 }
 
-/// The baseline: the textbook receiver with a `BTreeMap` of pending frames.
+/// The baseline: the same multi-stream detector shape (streams addressed by index, an epoch
+/// check, a delivered counter, the same output record) with the textbook `BTreeMap` of
+/// pending frames in place of the slot ring.
 struct TreeDetector {
+    streams: Vec<TreeStream>,
+}
+
+struct TreeStream {
+    epoch: u64,
     expected: u64,
     pending: BTreeMap<u64, u64>,
+    delivered: u64,
     missing: u64,
 }
 
 impl TreeDetector {
     fn new() -> Self {
-        Self {
+        let stream = TreeStream {
+            epoch: 0,
             expected: 1,
             pending: BTreeMap::new(),
+            delivered: 0,
             missing: 0,
+        };
+        Self {
+            streams: vec![stream],
         }
     }
 
     #[inline]
-    fn ingest(&mut self, seq: u64, payload: u64, walk: bool, out: &mut Vec<Delivered<u64>>) {
-        if seq < self.expected || self.pending.contains_key(&seq) {
+    fn ingest(
+        &mut self,
+        stream: usize,
+        epoch: u64,
+        seq: u64,
+        payload: u64,
+        walk: bool,
+        out: &mut Vec<Delivered<u64>>,
+    ) {
+        let Some(s) = self.streams.get_mut(stream) else {
+            return;
+        };
+        if epoch != s.epoch || seq < s.expected || s.pending.contains_key(&seq) {
             return;
         }
-        if seq > self.expected {
-            let new_gap = self.pending.keys().next_back().is_none_or(|&k| seq > k + 1);
-            self.pending.insert(seq, payload);
+        if seq > s.expected {
+            let new_gap = s.pending.keys().next_back().is_none_or(|&k| seq > k + 1);
+            s.pending.insert(seq, payload);
             if new_gap && walk {
                 // Walk the missing ranges, as a requester would.
-                let mut cursor = self.expected;
+                let mut cursor = s.expected;
                 let mut missing = 0;
-                for &k in self.pending.keys() {
+                for &k in s.pending.keys() {
                     missing += k - cursor;
                     cursor = k + 1;
                 }
-                self.missing = missing;
+                s.missing = missing;
             }
             return;
         }
         out.push(delivered(seq, payload));
-        self.expected += 1;
-        while let Some(p) = self.pending.remove(&self.expected) {
-            out.push(delivered(self.expected, p));
-            self.expected += 1;
+        s.expected += 1;
+        s.delivered += 1;
+        while let Some(p) = s.pending.remove(&s.expected) {
+            out.push(delivered(s.expected, p));
+            s.expected += 1;
+            s.delivered += 1;
         }
     }
 }
@@ -167,11 +193,11 @@ fn run_tree(arrivals: &[Arrival], walk: bool) -> u64 {
     let mut out: Vec<Delivered<u64>> = Vec::with_capacity(1024);
     let mut delivered = 0u64;
     for a in arrivals {
-        detector.ingest(a.seq, a.seq, walk, &mut out);
+        detector.ingest(0, 0, a.seq, a.seq, walk, &mut out);
         delivered += out.len() as u64;
         out.clear();
     }
-    black_box(detector.missing);
+    black_box(detector.streams.first().map(|s| (s.missing, s.delivered)));
     delivered
 }
 

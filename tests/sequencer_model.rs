@@ -386,7 +386,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 10_000,
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000),
         max_shrink_iters: 20_000,
         ..ProptestConfig::default()
     })]

@@ -2,18 +2,29 @@
 //! through in-order delivery, reordering, gaps, backfill and heartbeats.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 use gapless::sequencer::{Detector, Frame, StreamConfig};
 
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    // Per thread, so the test harness's own threads cannot disturb the count.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations() -> u64 {
+    ALLOCATIONS.try_with(Cell::get).unwrap_or(0)
+}
 
 // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -24,7 +35,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -42,7 +53,7 @@ fn steady_state_ingest_allocates_nothing() {
     let mut seq = 1u64;
     let mut range_next = 1u64;
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for round in 0..2_000u64 {
         // In order.
         for _ in 0..8 {
@@ -82,7 +93,7 @@ fn steady_state_ingest_allocates_nothing() {
         let _ = detector.stats(a);
         out.clear();
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(
         allocations, 0,
         "steady-state ingest allocated {allocations} times"

@@ -71,13 +71,11 @@ impl<P> SlotRing<P> {
     /// True when a frame starting at `seq` is held.
     #[inline]
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        let index = self.index(seq);
-        self.bit(index)
-            && self
-                .slots
-                .get(index)
-                .and_then(Option::as_ref)
-                .is_some_and(|f| f.first == seq)
+        // The slot is authoritative; the bitmap only speeds up scanning.
+        self.slots
+            .get(self.index(seq))
+            .and_then(Option::as_ref)
+            .is_some_and(|f| f.first == seq)
     }
 
     /// Stores `frame` in the slot of `frame.first`. Returns the frame back when that slot
