@@ -18,6 +18,8 @@ struct Oracle {
     expected: u64,
     horizon: u64,
     pending: BTreeMap<u64, u64>, // first -> last
+    /// 0: not collecting; 1: collecting, no base yet; 2: collecting from `expected`.
+    collecting: u8,
 }
 
 impl Oracle {
@@ -29,10 +31,12 @@ impl Oracle {
             expected: 0,
             horizon: 0,
             pending: BTreeMap::new(),
+            collecting: 0,
         }
     }
 
     fn seed(&mut self, next: u64) {
+        self.collecting = 0;
         self.expected = next;
         self.horizon = next;
         self.state = StreamState::Synced;
@@ -45,6 +49,7 @@ impl Oracle {
             Some(e) if epoch > e => {
                 self.pending.clear();
                 self.state = StreamState::Unseen;
+                self.collecting = 0;
                 self.epoch = Some(epoch);
             }
             Some(_) => {}
@@ -111,7 +116,29 @@ impl Oracle {
             self.seed(first);
         }
         if self.state == StreamState::ResetRequired {
-            return Disposition::DroppedResetRequired;
+            match self.collecting {
+                0 => return Disposition::DroppedResetRequired,
+                1 => {
+                    self.expected = first;
+                    self.horizon = first;
+                    self.collecting = 2;
+                }
+                _ => {}
+            }
+            if first < self.expected {
+                return Disposition::DroppedResetRequired;
+            }
+            if self.pending.contains_key(&first) {
+                return Disposition::Duplicate;
+            }
+            self.horizon = self.horizon.max(last + 1);
+            if first - self.expected >= self.cfg.window as u64
+                || self.pending.len() >= self.cfg.max_buffered
+            {
+                return Disposition::DroppedBufferFull;
+            }
+            self.pending.insert(first, last);
+            return Disposition::Buffered;
         }
         if last < self.expected {
             let t = self.cfg.reset_threshold;
@@ -189,6 +216,14 @@ impl Oracle {
         self.settle(false);
     }
 
+    fn begin_resync(&mut self) {
+        if self.state != StreamState::Unseen {
+            self.pending.clear();
+            self.state = StreamState::ResetRequired;
+            self.collecting = 1;
+        }
+    }
+
     fn missing(&self) -> Vec<(u64, u64)> {
         if self.state == StreamState::Unseen {
             return Vec::new();
@@ -231,6 +266,9 @@ enum Op {
         stream: usize,
         offset: i64,
     },
+    BeginResync {
+        stream: usize,
+    },
 }
 
 fn epoch_delta() -> impl Strategy<Value = i8> {
@@ -248,7 +286,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(stream, epoch, offset, len)| Op::Backfill { stream, epoch, offset, len }),
         2 => (stream.clone(), epoch_delta(), -2i64..30)
             .prop_map(|(stream, epoch, offset)| Op::Heartbeat { stream, epoch, offset }),
-        1 => (stream, -10i64..30).prop_map(|(stream, offset)| Op::Resync { stream, offset }),
+        1 => (stream.clone(), -10i64..30).prop_map(|(stream, offset)| Op::Resync { stream, offset }),
+        1 => stream.prop_map(|stream| Op::BeginResync { stream }),
     ]
 }
 
@@ -345,6 +384,11 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     last_seen[stream] = None;
                 }
                 (stream, "heartbeat")
+            }
+            Op::BeginResync { stream } => {
+                oracles[stream].begin_resync();
+                detector.begin_resync(ids[stream]);
+                (stream, "begin_resync")
             }
             Op::Resync { stream, offset } => {
                 let o = &mut oracles[stream];

@@ -473,3 +473,66 @@ fn ring_reuse_across_many_windows() {
     assert_eq!(got.len(), 10_000);
     assert!(got.windows(2).all(|w| w[1] == w[0] + 1));
 }
+
+#[test]
+fn begin_resync_keeps_live_frames_for_after_the_snapshot() {
+    let mut d = Detector::new();
+    let s = d.add_stream(StreamConfig::point(64).with_max_buffered(2));
+    let mut out = Vec::new();
+    ingest(&mut d, s, 1, &mut out);
+    ingest(&mut d, s, 5, &mut out);
+    ingest(&mut d, s, 6, &mut out);
+    assert_eq!(
+        ingest(&mut d, s, 7, &mut out),
+        Disposition::DroppedBufferFull
+    );
+    d.begin_resync(s);
+    assert_eq!(d.state(s), StreamState::ResetRequired);
+    assert!(!d.is_trading_authorized(s));
+    out.clear();
+    // Live frames during the snapshot are kept, not delivered.
+    assert_eq!(ingest(&mut d, s, 20, &mut out), Disposition::Buffered);
+    assert_eq!(ingest(&mut d, s, 21, &mut out), Disposition::Buffered);
+    assert_eq!(
+        ingest(&mut d, s, 19, &mut out),
+        Disposition::DroppedResetRequired
+    );
+    assert!(out.is_empty());
+    assert!(d.backfill(s, E, Frame::point(2, 2), &mut out).is_err());
+    // The snapshot covers everything below 18: 18 is missing, 20 and 21 wait behind it.
+    d.resynchronize(s, 18, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(missing(&d, s), [(18, 19)]);
+    d.backfill(s, E, Frame::point(18, 18), &mut out).unwrap();
+    let r = d.backfill(s, E, Frame::point(19, 19), &mut out).unwrap();
+    assert!(r.is_synced);
+    assert_eq!(seqs(&out), [18, 19, 20, 21]);
+}
+
+#[test]
+fn resync_after_collecting_drops_what_the_snapshot_covers() {
+    let (mut d, s) = point();
+    let mut out = Vec::new();
+    ingest(&mut d, s, 1, &mut out);
+    d.begin_resync(s);
+    for seq in [30, 31, 32] {
+        ingest(&mut d, s, seq, &mut out);
+    }
+    out.clear();
+    assert_eq!(d.resynchronize(s, 32, &mut out), 1);
+    assert_eq!(seqs(&out), [32]);
+    assert!(d.is_trading_authorized(s));
+}
+
+#[test]
+fn is_next_only_for_the_expected_frame_of_a_synced_stream() {
+    let (mut d, s) = point();
+    let mut out = Vec::new();
+    assert!(!d.is_next(s, E, 1));
+    ingest(&mut d, s, 1, &mut out);
+    assert!(d.is_next(s, E, 2));
+    assert!(!d.is_next(s, E, 3));
+    assert!(!d.is_next(s, E + 1, 2));
+    ingest(&mut d, s, 4, &mut out);
+    assert!(!d.is_next(s, E, 2), "not synced");
+}

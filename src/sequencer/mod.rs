@@ -499,6 +499,27 @@ impl<P> Detector<P> {
             .map_or(0, |s| s.resynchronize(Some(epoch), next, out))
     }
 
+    /// Prepares for a resync that will take a while (a snapshot being fetched): drops what
+    /// is buffered, latches [`StreamState::ResetRequired`], and from the next frame on
+    /// *keeps* live frames (in a window based at the first of them) instead of dropping
+    /// them, delivering nothing until [`Detector::resynchronize`], which then delivers the
+    /// kept frames that follow the snapshot. A stream never seen is left alone.
+    pub fn begin_resync(&mut self, stream: StreamId) {
+        if let Some(s) = self.streams.get_mut(stream.index()) {
+            s.begin_resync();
+        }
+    }
+
+    /// True when a frame of `epoch` starting at `first` would be delivered at once (the
+    /// stream is synced and `first` is the expected sequence): a caller may then hand
+    /// over a payload that does not outlive the call.
+    #[inline]
+    pub fn is_next(&self, stream: StreamId, epoch: u64, first: u64) -> bool {
+        self.streams
+            .get(stream.index())
+            .is_some_and(|s| s.is_next(epoch, first))
+    }
+
     /// The stream's state; [`StreamState::Unseen`] for an unknown id.
     pub fn state(&self, stream: StreamId) -> StreamState {
         self.streams

@@ -38,6 +38,18 @@ pub(crate) struct Stream<P> {
     horizon: u64,
     ring: SlotRing<P>,
     counters: Counters,
+    /// Between `begin_resync` and `resynchronize`: frames are buffered, never delivered,
+    /// in a window based at the first frame seen after `begin_resync`.
+    collecting: Collecting,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collecting {
+    No,
+    /// Collecting; the window has no base yet.
+    Unbased,
+    /// Collecting in a window based at `expected`.
+    Based,
 }
 
 impl<P> Stream<P> {
@@ -52,6 +64,7 @@ impl<P> Stream<P> {
             horizon: 0,
             ring,
             counters: Counters::default(),
+            collecting: Collecting::No,
         }
     }
 
@@ -253,8 +266,7 @@ impl<P> Stream<P> {
             self.seed(frame.first);
         }
         if self.state == StreamState::ResetRequired {
-            self.counters.dropped_reset_required += 1;
-            return Outcome::of(Disposition::DroppedResetRequired);
+            return self.collect(frame);
         }
         if frame.last < self.expected {
             return self.behind(self.expected - 1 - frame.last);
@@ -287,6 +299,53 @@ impl<P> Stream<P> {
             return Outcome::of(Disposition::ResetSuspected);
         }
         self.buffer(frame, backfill)
+    }
+
+    /// A frame for a stream latched in `ResetRequired`: dropped, unless a snapshot is
+    /// being fetched, in which case it is kept for after the resync.
+    fn collect(&mut self, frame: Frame<P>) -> Outcome {
+        match self.collecting {
+            Collecting::No => {
+                self.counters.dropped_reset_required += 1;
+                return Outcome::of(Disposition::DroppedResetRequired);
+            }
+            Collecting::Unbased => {
+                self.expected = frame.first;
+                self.horizon = frame.first;
+                self.collecting = Collecting::Based;
+            }
+            Collecting::Based => {}
+        }
+        if frame.last < self.expected {
+            self.counters.dropped_reset_required += 1;
+            return Outcome::of(Disposition::DroppedResetRequired);
+        }
+        if frame.first < self.expected {
+            // Straddles the window base: the resync decides what of it is new; keeping it
+            // would need a slot below the base, so it is dropped and will show as missing.
+            self.counters.dropped_reset_required += 1;
+            return Outcome::of(Disposition::DroppedResetRequired);
+        }
+        self.buffer(frame, false)
+    }
+
+    /// Starts collecting for a resync: drops what is buffered, latches `ResetRequired`
+    /// (not authorised), and from the next frame on buffers frames instead of dropping
+    /// them, delivering nothing until `resynchronize`.
+    pub(crate) fn begin_resync(&mut self) {
+        if self.state == StreamState::Unseen {
+            return;
+        }
+        self.ring.drain_all(drop);
+        self.state = StreamState::ResetRequired;
+        self.collecting = Collecting::Unbased;
+    }
+
+    /// True when `first` is exactly what a synced stream of `epoch` takes next, so a
+    /// frame starting there is delivered at once and never buffered.
+    #[inline]
+    pub(crate) fn is_next(&self, epoch: u64, first: u64) -> bool {
+        self.state == StreamState::Synced && self.epoch == Some(epoch) && first == self.expected
     }
 
     /// A frame wholly below `expected`, `distance` behind the last delivered sequence.
@@ -430,6 +489,7 @@ impl<P> Stream<P> {
     }
 
     fn seed(&mut self, next: u64) {
+        self.collecting = Collecting::No;
         self.expected = next;
         self.horizon = next;
         self.last_delivered = None;
@@ -439,6 +499,7 @@ impl<P> Stream<P> {
     fn reset_to_epoch(&mut self, epoch: u64) {
         self.ring.drain_all(drop);
         self.state = StreamState::Unseen;
+        self.collecting = Collecting::No;
         self.epoch = Some(epoch);
         self.expected = 0;
         self.horizon = 0;
