@@ -15,4 +15,6 @@
 pub mod capture;
 pub mod config;
 pub mod protocol;
+pub mod publish;
 pub mod sequencer;
+pub mod sim;

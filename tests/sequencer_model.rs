@@ -1,7 +1,7 @@
 //! Model-based test: random operations on several streams, run against the detector and
 //! against a plain `BTreeMap` oracle written here, compared after every step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gapless::sequencer::{
     Baseline, Delivered, Detector, Disposition, Frame, Sequencing, StreamConfig, StreamId,
@@ -315,6 +315,9 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut out: Vec<Delivered<u64>> = Vec::new();
     let mut expect: Vec<(u64, u64)> = Vec::new();
     let mut token = 0u64;
+    // Payload tokens held by the detector: every one leaves exactly once, delivered or
+    // discarded, so a caller releasing resources per payload never leaks nor double-frees.
+    let mut inside: BTreeSet<u64> = BTreeSet::new();
 
     for op in ops {
         out.clear();
@@ -364,6 +367,16 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     op,
                     before
                 );
+                if got.is_some_and(|g| {
+                    matches!(
+                        g.disposition,
+                        Disposition::Processed
+                            | Disposition::PartialOverlap
+                            | Disposition::Buffered
+                    )
+                }) {
+                    inside.insert(token);
+                }
                 if got.is_some_and(|g| g.epoch_reset) {
                     last_seen[stream] = None;
                 }
@@ -399,6 +412,22 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 (stream, "resync")
             }
         };
+        for d in &out {
+            prop_assert!(
+                inside.remove(&d.payload),
+                "delivered {} twice or never taken",
+                d.payload
+            );
+        }
+        for id in &ids {
+            let mut gone = Vec::new();
+            detector.take_discarded(*id, |p| gone.push(p));
+            for p in gone {
+                prop_assert!(inside.remove(&p), "discarded {} twice or never taken", p);
+            }
+        }
+        let held: usize = ids.iter().map(|id| detector.buffered(*id)).sum();
+        prop_assert_eq!(held, inside.len(), "payloads leaked");
         let got: Vec<(u64, u64)> = out.iter().map(|d| (d.first, d.last)).collect();
         prop_assert_eq!(&got, &expect, "{} delivered", kind);
         // Delivered frames strictly advance, never twice, never across a gap.

@@ -520,6 +520,22 @@ impl<P> Detector<P> {
             .is_some_and(|s| s.is_next(epoch, first))
     }
 
+    /// Hands `f` the payload of every frame that left the stream's ring without being
+    /// delivered since the last call: covered by a resync or a delivered range, or dropped
+    /// by a new epoch or [`Detector::begin_resync`]. Frames refused by `ingest` are not
+    /// here (their disposition says so). A caller whose payloads hold resources (a buffer
+    /// slot) calls this after each operation; up to one ring's worth is kept.
+    pub fn take_discarded(&mut self, stream: StreamId, f: impl FnMut(P)) {
+        if let Some(s) = self.streams.get_mut(stream.index()) {
+            s.take_discarded(f);
+        }
+    }
+
+    /// Frames buffered now in the stream's ring.
+    pub fn buffered(&self, stream: StreamId) -> usize {
+        self.streams.get(stream.index()).map_or(0, Stream::buffered)
+    }
+
     /// The stream's state; [`StreamState::Unseen`] for an unknown id.
     pub fn state(&self, stream: StreamId) -> StreamState {
         self.streams

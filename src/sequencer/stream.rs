@@ -41,6 +41,9 @@ pub(crate) struct Stream<P> {
     /// Between `begin_resync` and `resynchronize`: frames are buffered, never delivered,
     /// in a window based at the first frame seen after `begin_resync`.
     collecting: Collecting,
+    /// Payloads of frames that left the ring without being delivered, until the caller
+    /// takes them (so it can release whatever they hold). Capacity: one ring.
+    discarded: Vec<P>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,7 @@ enum Collecting {
 impl<P> Stream<P> {
     pub(crate) fn new(cfg: StreamConfig) -> Self {
         let ring = SlotRing::new(cfg.window);
+        let discarded = Vec::with_capacity(ring.capacity() as usize);
         Self {
             cfg,
             state: StreamState::Unseen,
@@ -65,6 +69,7 @@ impl<P> Stream<P> {
             ring,
             counters: Counters::default(),
             collecting: Collecting::No,
+            discarded,
         }
     }
 
@@ -336,9 +341,36 @@ impl<P> Stream<P> {
         if self.state == StreamState::Unseen {
             return;
         }
-        self.ring.drain_all(drop);
+        self.discard_all();
         self.state = StreamState::ResetRequired;
         self.collecting = Collecting::Unbased;
+    }
+
+    /// Empties the ring into the discard list.
+    fn discard_all(&mut self) {
+        let discarded = &mut self.discarded;
+        self.ring.drain_all(|f| {
+            if discarded.len() < discarded.capacity() {
+                discarded.push(f.payload);
+            }
+        });
+    }
+
+    fn discard(&mut self, payload: P) {
+        // Never grows: a caller that does not take discards loses them, not memory.
+        if self.discarded.len() < self.discarded.capacity() {
+            self.discarded.push(payload);
+        }
+    }
+
+    /// Hands every discarded payload to `f`.
+    pub(crate) fn take_discarded(&mut self, f: impl FnMut(P)) {
+        self.discarded.drain(..).for_each(f);
+    }
+
+    /// Frames buffered now.
+    pub(crate) fn buffered(&self) -> usize {
+        self.ring.len()
     }
 
     /// True when `first` is exactly what a synced stream of `epoch` takes next, so a
@@ -448,6 +480,7 @@ impl<P> Stream<P> {
                 } else {
                     // Wholly covered by what was delivered, or inconsistent with it.
                     self.counters.duplicates += 1;
+                    self.discard(frame.payload);
                 }
                 continue;
             }
@@ -497,7 +530,7 @@ impl<P> Stream<P> {
     }
 
     fn reset_to_epoch(&mut self, epoch: u64) {
-        self.ring.drain_all(drop);
+        self.discard_all();
         self.state = StreamState::Unseen;
         self.collecting = Collecting::No;
         self.epoch = Some(epoch);
@@ -557,13 +590,16 @@ impl<P> Stream<P> {
         let unseen = self.state == StreamState::Unseen;
         let old = self.expected;
         if unseen {
-            self.ring.drain_all(drop);
+            self.discard_all();
         } else if next < old {
             // The new window ends earlier: frames past it can no longer be held.
-            let dropped = &mut self.counters.overflows;
+            let (dropped, discarded) = (&mut self.counters.overflows, &mut self.discarded);
             self.ring
-                .vacate(next.saturating_add(cap), old.saturating_add(cap), |_| {
+                .vacate(next.saturating_add(cap), old.saturating_add(cap), |f| {
                     *dropped += 1;
+                    if discarded.len() < discarded.capacity() {
+                        discarded.push(f.payload);
+                    }
                 });
         }
         // `horizon` may lag `expected` (see the short path); the true horizon is their max.

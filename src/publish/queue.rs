@@ -1,0 +1,329 @@
+//! The bounded lock-free SPSC queue from the rx thread to one consumer.
+//!
+//! The queue is an [`rtrb`] ring of bytes carrying variable-length records,
+//! each a u32 little-endian length and an [encoded event](super::event):
+//!
+//! ```text
+//!              write position    read position
+//!                    v                 v
+//!   +----------------+-----------------+-----+-------+-----+-------+-----+---+
+//!   | ...ent (wraps) |      free       | len | event | len | event | len | ev|
+//!   +----------------+-----------------+-----+-------+-----+-------+-----+---+
+//!     the newest record starts at the right end and wraps to the left
+//! ```
+//!
+//! The producer writes each batch (pending overrun markers, then one record)
+//! with a single commit, so the consumer only ever sees whole records.
+//! [`Producer::push`] never blocks and never allocates: when the batch does
+//! not fit, it drops the event and records the loss per stream (lowest and
+//! highest sequence lost, events lost). The next push that finds room for
+//! every pending marker plus its own record writes one [`Event::Overrun`]
+//! per affected stream first, so a consumer always sees the marker before
+//! anything that came after the loss. While no record is written, all
+//! pushes in between are dropped, so each marker's range is exactly the
+//! run of sequences its stream lost.
+//!
+//! [`Consumer::pop`] lends the event to a closure. A record that lies in
+//! one piece is read in place; one that wraps is copied into a scratch
+//! buffer allocated once, at the ring's capacity.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rtrb::RingBuffer;
+
+pub use crate::publish::consumer::Consumer;
+use crate::publish::event::{Event, MAX_HEADER_LEN, OVERRUN_LEN};
+use crate::publish::overrun::LossLedger;
+use crate::publish::stats::{ProducerCounts, QueueStats, as_u64};
+
+/// Length of the length prefix of a record.
+pub const RECORD_PREFIX_LEN: usize = 4;
+/// Length of a record holding an [`Event::Overrun`] marker.
+pub const OVERRUN_RECORD_LEN: usize = RECORD_PREFIX_LEN + OVERRUN_LEN;
+
+/// Creates a queue of `capacity_bytes` bytes for events on streams
+/// `0..streams`.
+///
+/// The capacity is raised, if needed, to hold one overrun marker per stream,
+/// so pending markers can always be written once the consumer catches up.
+/// Every buffer is allocated here; pushing and popping allocate nothing.
+///
+/// ```
+/// use gapless::publish::{Event, Pushed, channel};
+///
+/// // Room for three 32-byte message records (4-byte payloads).
+/// let (mut producer, mut consumer) = channel(100, 1);
+/// let message = |seq| Event::Message {
+///     stream: 0,
+///     seq,
+///     recv_ns: 0,
+///     snapshot: false,
+///     payload: b"abcd",
+/// };
+/// for seq in 1..=3 {
+///     assert_eq!(producer.push(&message(seq)), Pushed::Written);
+/// }
+/// // The consumer is behind: the rx thread drops instead of waiting.
+/// assert_eq!(producer.push(&message(4)), Pushed::Dropped);
+///
+/// let describe = |event: Event<'_>| match event {
+///     Event::Message { seq, .. } => format!("message {seq}"),
+///     Event::Overrun { from, to, events, .. } => format!("lost {from}..={to} ({events})"),
+///     _ => String::from("other"),
+/// };
+/// let mut seen = Vec::new();
+/// while let Some(line) = consumer.pop(describe) {
+///     seen.push(line);
+/// }
+/// assert_eq!(producer.push(&message(5)), Pushed::Written);
+/// while let Some(line) = consumer.pop(describe) {
+///     seen.push(line);
+/// }
+/// assert_eq!(
+///     seen,
+///     ["message 1", "message 2", "message 3", "lost 4..=4 (1)", "message 5"]
+/// );
+/// assert_eq!(producer.stats().dropped(), 1);
+/// ```
+pub fn channel(capacity_bytes: usize, streams: usize) -> (Producer, Consumer) {
+    let ledger = LossLedger::new(streams);
+    let capacity = capacity_bytes.max(ledger.streams().max(1) * OVERRUN_RECORD_LEN);
+    let (ring_tx, ring_rx) = RingBuffer::new(capacity);
+    let stats = Arc::new(QueueStats::new(capacity));
+    let producer = Producer {
+        ring: ring_tx,
+        ledger,
+        capacity,
+        counts: ProducerCounts::default(),
+        stats: Arc::clone(&stats),
+    };
+    (producer, Consumer::new(ring_rx, capacity, stats))
+}
+
+/// What [`Producer::push`] did with an event.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// The event was written, after any pending overrun markers.
+    Written,
+    /// There was no room (or the record is larger than the queue): the
+    /// event was dropped and the consumer will get an [`Event::Overrun`]
+    /// covering it.
+    Dropped,
+    /// The event's stream is not below the queue's stream count: nothing
+    /// was written or recorded.
+    UnknownStream,
+}
+
+/// The writing end, owned by the rx thread.
+pub struct Producer {
+    ring: rtrb::Producer<u8>,
+    ledger: LossLedger,
+    capacity: usize,
+    counts: ProducerCounts,
+    stats: Arc<QueueStats>,
+}
+
+impl Producer {
+    /// Writes `event` if it fits with the pending overrun markers, and drops
+    /// it otherwise. Never blocks, never allocates.
+    pub fn push(&mut self, event: &Event<'_>) -> Pushed {
+        if !self.ledger.knows(event.stream()) {
+            return Pushed::UnknownStream;
+        }
+        let markers = self.ledger.pending();
+        let outcome = if self.write_batch(markers, Some(event)) {
+            self.counts.pushed += 1;
+            Pushed::Written
+        } else {
+            self.ledger.record(event);
+            self.counts.dropped += 1;
+            Pushed::Dropped
+        };
+        self.stats.store_producer(&self.counts);
+        outcome
+    }
+
+    /// Writes as many pending overrun markers as fit now, oldest loss first,
+    /// and returns how many it wrote. Call it when idle so a consumer learns
+    /// of a loss without waiting for the next event.
+    pub fn flush_overrun(&mut self) -> usize {
+        let pending = self.ledger.pending();
+        if pending == 0 {
+            return 0;
+        }
+        let fit = (self.ring.slots() / OVERRUN_RECORD_LEN).min(pending);
+        if fit == 0 || !self.write_batch(fit, None) {
+            return 0;
+        }
+        self.stats.store_producer(&self.counts);
+        fit
+    }
+
+    /// True when [`Producer::push`] would write `event` now. Room only grows
+    /// until the next push, so a caller that may wait (a replay tool, a
+    /// test) can wait for this before pushing. Always false for an unknown
+    /// stream or a record larger than the queue.
+    pub fn would_fit(&self, event: &Event<'_>) -> bool {
+        self.ledger.knows(event.stream())
+            && self
+                .batch_len(self.ledger.pending(), Some(event))
+                .is_some_and(|need| need <= self.ring.slots())
+    }
+
+    /// Number of streams with an overrun marker waiting to be written.
+    pub fn pending_overruns(&self) -> usize {
+        self.ledger.pending()
+    }
+
+    /// Size of the ring in bytes.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Number of streams the queue carries (ids `0..streams`).
+    pub fn streams(&self) -> usize {
+        self.ledger.streams()
+    }
+
+    /// Bytes free for writing now.
+    pub fn free_bytes(&self) -> usize {
+        self.ring.slots()
+    }
+
+    /// Bytes written and not yet read now.
+    pub fn fill_bytes(&self) -> usize {
+        self.capacity.saturating_sub(self.ring.slots())
+    }
+
+    /// The queue's counters, to hand to a metrics thread.
+    pub fn stats(&self) -> &Arc<QueueStats> {
+        &self.stats
+    }
+
+    /// True once the consumer is gone.
+    pub fn is_abandoned(&self) -> bool {
+        self.ring.is_abandoned()
+    }
+
+    /// Bytes a batch of `markers` overrun markers and `event` takes; `None`
+    /// when it can never fit.
+    fn batch_len(&self, markers: usize, event: Option<&Event<'_>>) -> Option<usize> {
+        let record = match event {
+            Some(event) => record_len(event)?,
+            None => 0,
+        };
+        let need = markers
+            .checked_mul(OVERRUN_RECORD_LEN)?
+            .checked_add(record)?;
+        (need <= self.capacity).then_some(need)
+    }
+
+    /// Writes the `markers` oldest overrun markers and then `event` in one
+    /// commit, or nothing; true when written.
+    fn write_batch(&mut self, markers: usize, event: Option<&Event<'_>>) -> bool {
+        let Some(need) = self.batch_len(markers, event) else {
+            return false;
+        };
+        // `write_chunk` zero-fills the slots before they are copied over:
+        // one memset of the batch, in exchange for no `unsafe` commit as
+        // `write_chunk_uninit` would need.
+        let Ok(mut chunk) = self.ring.write_chunk(need) else {
+            return false;
+        };
+        let (head, tail) = chunk.as_mut_slices();
+        let mut writer = SplitWriter { head, tail };
+        let mut written = true;
+        for index in 0..markers {
+            written &= self
+                .ledger
+                .marker(index)
+                .is_some_and(|marker| put_record(&mut writer, &marker));
+        }
+        if let Some(event) = event {
+            written &= put_record(&mut writer, event);
+        }
+        if !written || !writer.is_full() {
+            return false;
+        }
+        chunk.commit_all();
+        self.ledger.clear(markers);
+        self.counts.overrun_markers += as_u64(markers);
+        self.counts.bytes_written += as_u64(need);
+        true
+    }
+}
+
+impl Drop for Producer {
+    /// Writes what pending markers fit, so a consumer still draining learns
+    /// of the last loss.
+    fn drop(&mut self) {
+        self.flush_overrun();
+    }
+}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &self.capacity)
+            .field("streams", &self.ledger.streams())
+            .field("pending_overruns", &self.ledger.pending())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Length of the record holding `event`; `None` when its length does not
+/// fit the u32 prefix.
+fn record_len(event: &Event<'_>) -> Option<usize> {
+    let len = event.encoded_len();
+    u32::try_from(len).ok()?;
+    len.checked_add(RECORD_PREFIX_LEN)
+}
+
+/// Writes one record: its length, the event's header, its payload.
+fn put_record(writer: &mut SplitWriter<'_>, event: &Event<'_>) -> bool {
+    let mut header = [0u8; MAX_HEADER_LEN];
+    let Ok(header_len) = event.encode_header(&mut header) else {
+        return false;
+    };
+    let payload = event.payload();
+    let Ok(len) = u32::try_from(header_len + payload.len()) else {
+        return false;
+    };
+    writer.put(&len.to_le_bytes())
+        && header
+            .get(..header_len)
+            .is_some_and(|header| writer.put(header))
+        && writer.put(payload)
+}
+
+/// Copies bytes into the two pieces of a write chunk, in order.
+struct SplitWriter<'b> {
+    head: &'b mut [u8],
+    tail: &'b mut [u8],
+}
+
+impl SplitWriter<'_> {
+    /// Appends `bytes`; false when they do not fit.
+    fn put(&mut self, mut bytes: &[u8]) -> bool {
+        for _ in 0..2 {
+            let n = bytes.len().min(self.head.len());
+            let (now, later) = bytes.split_at(n);
+            let (dst, rest) = std::mem::take(&mut self.head).split_at_mut(n);
+            dst.copy_from_slice(now);
+            self.head = rest;
+            bytes = later;
+            if bytes.is_empty() {
+                return true;
+            }
+            self.head = std::mem::take(&mut self.tail);
+        }
+        false
+    }
+
+    /// True when every byte of the chunk was written.
+    fn is_full(&self) -> bool {
+        self.head.is_empty() && self.tail.is_empty()
+    }
+}

@@ -1,0 +1,136 @@
+//! One view over the point-sequenced UDP feeds: MoldUDP64 and its little-endian cousin
+//! IEX-TP both carry a session, the first message's sequence, a count and length-prefixed
+//! messages, with count 0 as a heartbeat.
+
+use crate::protocol::{ProtocolError, iex_tp, moldudp64};
+
+/// The wire format of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// Nasdaq MoldUDP64 (big-endian, 10-byte ASCII session).
+    MoldUdp64,
+    /// IEX-TP (little-endian, u32 session id).
+    IexTp,
+}
+
+impl Wire {
+    /// The name used in configuration and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::MoldUdp64 => "moldudp64",
+            Self::IexTp => "iex-tp",
+        }
+    }
+}
+
+/// A session identity: the MoldUDP64 session name, or the IEX-TP session id in its first
+/// four bytes (little-endian) followed by zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SessionKey(pub [u8; 10]);
+
+impl SessionKey {
+    /// The key of an IEX-TP session id.
+    pub fn iex(id: u32) -> Self {
+        let mut key = [0u8; 10];
+        key[..4].copy_from_slice(&id.to_le_bytes());
+        Self(key)
+    }
+
+    /// A printable form for logs and summaries.
+    pub fn display(&self, wire: Wire) -> String {
+        match wire {
+            Wire::MoldUdp64 => moldudp64::Session(self.0).to_string(),
+            Wire::IexTp => {
+                let id = u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]]);
+                id.to_string()
+            }
+        }
+    }
+}
+
+/// What a datagram announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Messages numbered from the packet's sequence.
+    Data,
+    /// No messages; the sequence is the next expected one.
+    Heartbeat,
+    /// MoldUDP64 end of session; the sequence is the next expected one.
+    EndOfSession,
+}
+
+/// The messages of a decoded datagram, borrowed from it.
+pub enum Messages<'a> {
+    /// MoldUDP64 message blocks.
+    Mold(moldudp64::Messages<'a>),
+    /// IEX-TP message blocks.
+    Iex(iex_tp::Messages<'a>),
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            Self::Mold(m) => m.next(),
+            Self::Iex(m) => m.next(),
+        }
+    }
+}
+
+/// A decoded datagram, fully validated (iterating its messages cannot fail).
+pub struct Datagram<'a> {
+    /// Session identity (the epoch).
+    pub session: SessionKey,
+    /// First message's sequence, or the next expected for heartbeats and end of session.
+    pub seq: u64,
+    /// What it announces.
+    pub kind: Kind,
+    /// Number of messages.
+    pub count: u16,
+    /// The messages.
+    pub messages: Messages<'a>,
+}
+
+/// Decodes one datagram of `wire`.
+pub fn decode(wire: Wire, bytes: &[u8]) -> Result<Datagram<'_>, ProtocolError> {
+    match wire {
+        Wire::MoldUdp64 => {
+            let p = moldudp64::Packet::decode(bytes)?;
+            let kind = match p.kind() {
+                moldudp64::PacketKind::Data { .. } => Kind::Data,
+                moldudp64::PacketKind::Heartbeat => Kind::Heartbeat,
+                moldudp64::PacketKind::EndOfSession => Kind::EndOfSession,
+            };
+            let count = if kind == Kind::Data { p.message_count() } else { 0 };
+            Ok(Datagram {
+                session: SessionKey(*p.session().as_bytes()),
+                seq: p.sequence(),
+                kind,
+                count,
+                messages: Messages::Mold(p.messages()),
+            })
+        }
+        Wire::IexTp => {
+            let p = iex_tp::Packet::decode(bytes)?;
+            let kind = if p.is_heartbeat() {
+                Kind::Heartbeat
+            } else {
+                Kind::Data
+            };
+            Ok(Datagram {
+                session: SessionKey::iex(p.session_id()),
+                seq: p.sequence(),
+                kind,
+                count: p.message_count(),
+                messages: Messages::Iex(p.messages()),
+            })
+        }
+    }
+}
+
+/// Offset of `part` inside `whole`, when `part` is a sub-slice of it.
+pub(crate) fn offset_in(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then_some(start)
+}
