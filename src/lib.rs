@@ -18,3 +18,4 @@ pub mod protocol;
 pub mod publish;
 pub mod sequencer;
 pub mod sim;
+pub mod venue;

@@ -32,6 +32,7 @@ pub struct PacketArena {
     lens: Box<[u16]>,
     recv_ns: Box<[u64]>,
     refs: Box<[u32]>,
+    in_use: Box<[bool]>,
     free: Vec<u32>,
     slot_size: usize,
 }
@@ -46,6 +47,7 @@ impl PacketArena {
             lens: vec![0u16; slots].into_boxed_slice(),
             recv_ns: vec![0u64; slots].into_boxed_slice(),
             refs: vec![0u32; slots].into_boxed_slice(),
+            in_use: vec![false; slots].into_boxed_slice(),
             free: (0..slots as u32).rev().collect(),
             slot_size,
         }
@@ -63,6 +65,9 @@ impl PacketArena {
             return None;
         }
         let slot = self.free.pop()?;
+        if let Some(used) = self.in_use.get_mut(slot as usize) {
+            *used = true;
+        }
         let start = slot as usize * self.slot_size;
         if let Some(dst) = self.bytes.get_mut(start..start + datagram.len()) {
             dst.copy_from_slice(datagram);
@@ -90,14 +95,24 @@ impl PacketArena {
         {
             *r -= 1;
             if *r == 0 {
-                self.free.push(slot);
+                self.free_slot(slot);
             }
         }
     }
 
-    /// Frees a slot that was stored but never referenced.
+    /// Frees a stored slot that holds no reference (none was taken, or all were
+    /// released). A slot still referenced, or already free, is left alone.
     pub fn release_unreferenced(&mut self, slot: u32) {
         if self.refs.get(slot as usize) == Some(&0) {
+            self.free_slot(slot);
+        }
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        if let Some(used) = self.in_use.get_mut(slot as usize)
+            && *used
+        {
+            *used = false;
             self.free.push(slot);
         }
     }

@@ -1,0 +1,360 @@
+//! The re-request planner of one channel: what to ask for, from which server, and when.
+//!
+//! Pure bookkeeping over a fixed table of requests in flight. The session asks it for
+//! requests covering the missing ranges; it skips what is already asked for and not yet
+//! timed out, caps each request's count, spends a retry budget that refills whenever a
+//! new message is accepted, moves to the next server when a server's budget is spent, and
+//! rate-limits with a token bucket. Times are nanoseconds on the caller's clock.
+
+use std::net::SocketAddr;
+
+use crate::sequencer::SeqRange;
+
+/// Requests in flight per channel at most.
+pub const MAX_INFLIGHT: usize = 64;
+
+/// Re-request tuning, shared by a venue's channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestPolicy {
+    /// Wait this long after a gap appears before the first request (reordering settles).
+    pub reorder_delay_ns: u64,
+    /// A request not answered within this is retried.
+    pub request_timeout_ns: u64,
+    /// Messages asked for in one request at most.
+    pub max_request_count: u16,
+    /// Requests without a newly accepted message before a server is given up.
+    pub retry_budget: u32,
+    /// Requests per second at most, across the channel.
+    pub requests_per_sec: u32,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        Self {
+            reorder_delay_ns: 1_000_000,
+            request_timeout_ns: 50_000_000,
+            max_request_count: 1000,
+            retry_budget: 5,
+            requests_per_sec: 2000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Inflight {
+    range: SeqRange,
+    deadline: u64,
+}
+
+/// What the planner decided for one missing piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Send a request for `range` to `server`.
+    Send {
+        /// The server to ask.
+        server: SocketAddr,
+        /// What to ask for (at most `max_request_count` messages).
+        range: SeqRange,
+    },
+    /// Every server spent its budget without progress: fall back to a snapshot or give up.
+    Exhausted,
+    /// Nothing more can be sent now (rate limit, table full, no servers); try again at the
+    /// time [`Requester::next_deadline`] gives.
+    Wait,
+}
+
+/// The planner of one channel.
+#[derive(Debug)]
+pub struct Requester {
+    servers: Vec<SocketAddr>,
+    server: usize,
+    servers_spent: usize,
+    budget_used: u32,
+    inflight: [Option<Inflight>; MAX_INFLIGHT],
+    gap_since: Option<u64>,
+    tokens_ns: u64,
+    tokens_at: u64,
+    /// Requests that timed out, for metrics.
+    pub timeouts: u64,
+}
+
+impl Requester {
+    /// A planner over `servers`, tried in order.
+    pub fn new(servers: Vec<SocketAddr>) -> Self {
+        Self {
+            servers,
+            server: 0,
+            servers_spent: 0,
+            budget_used: 0,
+            inflight: [None; MAX_INFLIGHT],
+            gap_since: None,
+            tokens_ns: 0,
+            tokens_at: 0,
+            timeouts: 0,
+        }
+    }
+
+    /// True when there is at least one server.
+    pub fn has_servers(&self) -> bool {
+        !self.servers.is_empty()
+    }
+
+    /// Forgets every request and the gap timer (the gap closed, or the stream was reset).
+    pub fn clear(&mut self) {
+        self.inflight = [None; MAX_INFLIGHT];
+        self.gap_since = None;
+    }
+
+    /// Restores the whole budget and the server order: a new message was accepted.
+    pub fn progress(&mut self) {
+        self.budget_used = 0;
+        self.servers_spent = 0;
+    }
+
+    /// Notes that something is missing at `now`; returns when requests may start.
+    pub fn gap_seen(&mut self, now: u64, policy: &RequestPolicy) -> u64 {
+        let since = *self.gap_since.get_or_insert(now);
+        since.saturating_add(policy.reorder_delay_ns)
+    }
+
+    /// True once the reorder delay since the gap appeared has passed.
+    pub fn delay_passed(&self, now: u64, policy: &RequestPolicy) -> bool {
+        self.gap_since
+            .is_some_and(|since| now >= since.saturating_add(policy.reorder_delay_ns))
+    }
+
+    /// Drops requests whose deadline passed, counting them as timeouts.
+    pub fn expire(&mut self, now: u64) {
+        for slot in &mut self.inflight {
+            if slot.is_some_and(|f| f.deadline <= now) {
+                *slot = None;
+                self.timeouts += 1;
+            }
+        }
+    }
+
+    /// An answer covered `answered`: every request it touched is done. What such a request
+    /// asked for and did not get is still missing, so the next plan asks for the rest at
+    /// once (a server returns only what fits one packet).
+    pub fn answered(&mut self, answered: SeqRange) {
+        for slot in &mut self.inflight {
+            if slot.is_some_and(|f| answered.from <= f.range.to && f.range.from <= answered.to) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Plans requests for the missing `ranges`, calling `send` for each one to send now.
+    /// Returns [`Plan::Exhausted`] when every server spent its budget, else [`Plan::Wait`].
+    pub fn plan(
+        &mut self,
+        now: u64,
+        policy: &RequestPolicy,
+        ranges: impl Iterator<Item = SeqRange>,
+        mut send: impl FnMut(SocketAddr, SeqRange),
+    ) -> Plan {
+        if self.servers.is_empty() {
+            return Plan::Wait;
+        }
+        self.refill(now, policy);
+        let step = u64::from(policy.max_request_count.max(1));
+        for range in ranges {
+            let mut from = range.from;
+            while from <= range.to {
+                // Skip what is already asked for.
+                if let Some(covered_to) = self.covered_to(from) {
+                    if covered_to >= range.to {
+                        break;
+                    }
+                    from = covered_to + 1;
+                    continue;
+                }
+                let mut to = range.to.min(from.saturating_add(step - 1));
+                if let Some(next_start) = self.next_inflight_start(from, to) {
+                    to = next_start - 1;
+                }
+                let chunk = SeqRange::new(from, to);
+                if self.budget_used >= policy.retry_budget {
+                    self.servers_spent += 1;
+                    self.budget_used = 0;
+                    if self.servers_spent >= self.servers.len() {
+                        return Plan::Exhausted;
+                    }
+                    self.server = (self.server + 1) % self.servers.len();
+                }
+                let per_token = self.token_cost(policy);
+                if self.tokens_ns < per_token {
+                    return Plan::Wait;
+                }
+                let Some(slot) = self.inflight.iter_mut().find(|s| s.is_none()) else {
+                    return Plan::Wait;
+                };
+                *slot = Some(Inflight {
+                    range: chunk,
+                    deadline: now.saturating_add(policy.request_timeout_ns),
+                });
+                self.tokens_ns -= per_token;
+                self.budget_used += 1;
+                let server = self.servers[self.server % self.servers.len()];
+                send(server, chunk);
+                if to == u64::MAX {
+                    break;
+                }
+                from = to + 1;
+            }
+        }
+        Plan::Wait
+    }
+
+    /// The earliest time something here becomes due: the end of the reorder delay, a
+    /// request deadline, or the next token when the bucket is empty.
+    pub fn next_deadline(&self, policy: &RequestPolicy) -> Option<u64> {
+        let delay = self
+            .gap_since
+            .map(|since| since.saturating_add(policy.reorder_delay_ns));
+        let inflight = self.inflight.iter().flatten().map(|f| f.deadline).min();
+        let token = (self.tokens_ns < self.token_cost(policy))
+            .then(|| self.tokens_at + (self.token_cost(policy) - self.tokens_ns));
+        [delay, inflight, token].into_iter().flatten().min()
+    }
+
+    /// Requests in flight now.
+    pub fn inflight(&self) -> usize {
+        self.inflight.iter().flatten().count()
+    }
+
+    fn covered_to(&self, seq: u64) -> Option<u64> {
+        self.inflight
+            .iter()
+            .flatten()
+            .filter(|f| f.range.contains(seq))
+            .map(|f| f.range.to)
+            .max()
+    }
+
+    fn next_inflight_start(&self, from: u64, to: u64) -> Option<u64> {
+        self.inflight
+            .iter()
+            .flatten()
+            .map(|f| f.range.from)
+            .filter(|&s| s > from && s <= to)
+            .min()
+    }
+
+    fn token_cost(&self, policy: &RequestPolicy) -> u64 {
+        1_000_000_000 / u64::from(policy.requests_per_sec.max(1))
+    }
+
+    /// Token bucket in nanoseconds of credit, holding up to a tenth of a second's worth
+    /// (at least one request).
+    fn refill(&mut self, now: u64, policy: &RequestPolicy) {
+        let cap = (100_000_000u64).max(self.token_cost(policy));
+        if self.tokens_at == 0 {
+            self.tokens_ns = cap;
+        } else {
+            let earned = now.saturating_sub(self.tokens_at);
+            self.tokens_ns = self.tokens_ns.saturating_add(earned).min(cap);
+        }
+        self.tokens_at = now.max(self.tokens_at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn policy() -> RequestPolicy {
+        RequestPolicy {
+            reorder_delay_ns: 1_000,
+            request_timeout_ns: 10_000,
+            max_request_count: 10,
+            retry_budget: 2,
+            requests_per_sec: 1_000_000,
+        }
+    }
+
+    fn plan(r: &mut Requester, now: u64, ranges: &[SeqRange]) -> (Plan, Vec<(u16, SeqRange)>) {
+        let mut sent = Vec::new();
+        let p = r.plan(now, &policy(), ranges.iter().copied(), |s, range| {
+            sent.push((s.port(), range))
+        });
+        (p, sent)
+    }
+
+    #[test]
+    fn splits_by_count_and_skips_inflight() {
+        let mut r = Requester::new(vec![addr(1)]);
+        let (_, sent) = plan(&mut r, 1, &[SeqRange::new(1, 25)]);
+        let got: Vec<_> = sent.iter().map(|(_, r)| (r.from, r.to)).collect();
+        assert_eq!(got, [(1, 10), (11, 20)], "budget of 2 stops the third");
+        // Same gap again before the deadline: nothing new is asked for the covered part.
+        r.progress();
+        let (_, sent) = plan(&mut r, 2, &[SeqRange::new(1, 25)]);
+        let got: Vec<_> = sent.iter().map(|(_, r)| (r.from, r.to)).collect();
+        assert_eq!(got, [(21, 25)]);
+    }
+
+    #[test]
+    fn timeout_retries_then_next_server_then_exhausted() {
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        let gap = [SeqRange::new(5, 5)];
+        let (_, sent) = plan(&mut r, 1, &gap);
+        assert_eq!(sent, [(1, SeqRange::new(5, 5))]);
+        r.expire(20_000);
+        assert_eq!(r.timeouts, 1);
+        let (_, sent) = plan(&mut r, 20_000, &gap);
+        assert_eq!(sent, [(1, SeqRange::new(5, 5))]);
+        r.expire(40_000);
+        let (_, sent) = plan(&mut r, 40_000, &gap);
+        assert_eq!(sent, [(2, SeqRange::new(5, 5))], "budget spent: second server");
+        r.expire(60_000);
+        plan(&mut r, 60_000, &gap);
+        r.expire(80_000);
+        let (p, sent) = plan(&mut r, 80_000, &gap);
+        assert_eq!(p, Plan::Exhausted);
+        assert!(sent.is_empty());
+    }
+
+    #[test]
+    fn progress_refills_the_budget() {
+        let mut r = Requester::new(vec![addr(1)]);
+        for round in 0..10u64 {
+            let now = round * 20_000 + 1;
+            r.expire(now);
+            let (p, sent) = plan(&mut r, now, &[SeqRange::new(100 + round, 100 + round)]);
+            assert_eq!(p, Plan::Wait);
+            assert_eq!(sent.len(), 1, "round {round}");
+            r.progress();
+        }
+    }
+
+    #[test]
+    fn partial_answer_frees_the_remainder_at_once() {
+        let mut r = Requester::new(vec![addr(1)]);
+        plan(&mut r, 1, &[SeqRange::new(1, 10)]);
+        assert_eq!(r.inflight(), 1);
+        r.answered(SeqRange::new(1, 4));
+        assert_eq!(r.inflight(), 0);
+        let (_, sent) = plan(&mut r, 2, &[SeqRange::new(5, 10)]);
+        assert_eq!(sent, [(1, SeqRange::new(5, 10))]);
+    }
+
+    #[test]
+    fn rate_limit_waits_for_a_token() {
+        let mut r = Requester::new(vec![addr(1)]);
+        let slow = RequestPolicy {
+            requests_per_sec: 10,
+            retry_budget: 100,
+            ..policy()
+        };
+        let mut sent = 0;
+        let p = r.plan(1, &slow, [SeqRange::new(1, 100)].into_iter(), |_, _| sent += 1);
+        assert_eq!(p, Plan::Wait);
+        assert_eq!(sent, 1, "a tenth of a second of credit is one request at 10/s");
+        assert!(r.next_deadline(&slow).is_some_and(|d| d > 1));
+    }
+}
