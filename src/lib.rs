@@ -14,8 +14,10 @@
 
 pub mod capture;
 pub mod config;
+pub mod daemon;
 pub mod protocol;
 pub mod publish;
+pub mod replay;
 pub mod sequencer;
 pub mod sim;
 pub mod venue;

@@ -17,7 +17,11 @@ const MS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
-    Msg { seq: u64, snapshot: bool, payload: Vec<u8> },
+    Msg {
+        seq: u64,
+        snapshot: bool,
+        payload: Vec<u8>,
+    },
     Gap(u64, u64),
     State(Published),
     SnapshotBegin,
@@ -27,7 +31,12 @@ enum Seen {
 fn record(events: &mut Vec<Seen>) -> impl FnMut(&Event<'_>) + '_ {
     move |e: &Event<'_>| {
         let seen = match *e {
-            Event::Message { seq, snapshot, payload, .. } => Seen::Msg {
+            Event::Message {
+                seq,
+                snapshot,
+                payload,
+                ..
+            } => Seen::Msg {
                 seq,
                 snapshot,
                 payload: payload.to_vec(),
@@ -104,7 +113,8 @@ impl Harness {
     fn datagram(&mut self, bytes: &[u8], via: Via) {
         self.now += 10_000;
         let mut sink = record(&mut self.events);
-        self.feed.on_datagram(self.now, 0, bytes, self.now, via, &mut sink);
+        self.feed
+            .on_datagram(self.now, 0, bytes, self.now, via, &mut sink);
     }
 
     fn publish(&mut self, first: u64, count: u64) -> Vec<u8> {
@@ -117,7 +127,8 @@ impl Harness {
     fn serve(&mut self) {
         while let Some(tx) = self.feed.poll_transmit() {
             let req = Request::decode(&tx.bytes[..tx.len]).unwrap();
-            if !self.server_alive || req.session != self.session || req.sequence > self.published_to {
+            if !self.server_alive || req.session != self.session || req.sequence > self.published_to
+            {
                 continue;
             }
             let count = u64::from(req.count)
@@ -163,7 +174,11 @@ impl Harness {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Seen::Msg { seq, snapshot: false, payload } => {
+                Seen::Msg {
+                    seq,
+                    snapshot: false,
+                    payload,
+                } => {
                     assert_eq!(payload, &message(*seq), "payload of {seq} intact");
                     Some(*seq)
                 }
@@ -209,7 +224,8 @@ fn spec(rerequest: bool, snapshot: bool) -> FeedSpec {
 /// Checks `delivered` is exactly `from..=to`, reporting the first difference only.
 fn assert_exactly(delivered: &[u64], from: u64, to: u64) {
     let want: Vec<u64> = (from..=to).collect();
-    if let Some(i) = (0..delivered.len().max(want.len())).find(|&i| delivered.get(i) != want.get(i)) {
+    if let Some(i) = (0..delivered.len().max(want.len())).find(|&i| delivered.get(i) != want.get(i))
+    {
         panic!(
             "delivered {} messages, want {}; first difference at index {i}: got {:?}, want {:?}",
             delivered.len(),
@@ -291,7 +307,11 @@ fn tail_loss_is_revealed_only_by_a_heartbeat() {
     let _lost = h.publish(11, 4);
     h.run_for(50 * MS);
     assert_exactly(&h.delivered(), 1, 10);
-    assert_eq!(h.feed.state(0), StreamState::Synced, "nothing shows the loss yet");
+    assert_eq!(
+        h.feed.state(0),
+        StreamState::Synced,
+        "nothing shows the loss yet"
+    );
     let hb = heartbeat(h.session, 15);
     h.datagram(&hb, Via::Multicast);
     assert_eq!(h.feed.state(0), StreamState::DirtySyncPending);
@@ -331,7 +351,11 @@ fn dead_server_falls_back_to_a_snapshot() {
     assert_eq!(tail[1], Seen::SnapshotBegin);
     assert_eq!(
         tail[2],
-        Seen::Msg { seq: 0, snapshot: true, payload: b"book".to_vec() }
+        Seen::Msg {
+            seq: 0,
+            snapshot: true,
+            payload: b"book".to_vec()
+        }
     );
     assert_eq!(tail[3], Seen::SnapshotEnd(21));
     let after: Vec<u64> = tail[4..]
@@ -417,7 +441,11 @@ fn end_of_session_requests_what_is_missing_then_closes() {
     let requests = h.feed.stats(0).requests;
     h.datagram(&eos, Via::Multicast);
     h.run_for(20 * MS);
-    assert_eq!(h.feed.stats(0).requests, requests, "nothing more is asked for");
+    assert_eq!(
+        h.feed.stats(0).requests,
+        requests,
+        "nothing more is asked for"
+    );
 }
 
 #[test]
@@ -516,7 +544,11 @@ fn iex_tp_heartbeat_and_gap_with_skip() {
     let n = iex_tp::encode_heartbeat(&mut hb, header(12)).unwrap();
     h.datagram(&hb[..n], Via::Multicast);
     h.run_for(5 * MS);
-    let gaps: Vec<&Seen> = h.events.iter().filter(|e| matches!(e, Seen::Gap(..))).collect();
+    let gaps: Vec<&Seen> = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Seen::Gap(..)))
+        .collect();
     assert_eq!(gaps, [&Seen::Gap(5, 7), &Seen::Gap(10, 11)]);
     assert_eq!(h.delivered(), [1, 2, 3, 4, 8, 9]);
     assert_eq!(h.feed.session(0), Some(SessionKey::iex(42)));

@@ -234,6 +234,19 @@ impl CaptureReader {
         Self::from_bytes(data)
     }
 
+    /// The same capture from its first record again (nothing is read or decompressed a
+    /// second time).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_bytes`](Self::from_bytes); a capture that opened once opens again.
+    pub fn rewound(self) -> Result<Self, CaptureError> {
+        let compressed = self.compressed;
+        let mut again = Self::from_bytes(self.data)?;
+        again.compressed = compressed;
+        Ok(again)
+    }
+
     /// Takes a complete capture file (optionally zstd-compressed) and parses its header.
     ///
     /// # Errors

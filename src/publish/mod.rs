@@ -57,6 +57,7 @@
 //! ```
 
 pub mod event;
+pub mod jsonl;
 pub mod queue;
 pub mod stats;
 

@@ -141,7 +141,11 @@ mod tests {
         let a = arena.store(b"hello world", 7).unwrap();
         arena.retain(a);
         arena.retain(a);
-        let msg = MsgRef { slot: a, offset: 6, len: 5 };
+        let msg = MsgRef {
+            slot: a,
+            offset: 6,
+            len: 5,
+        };
         assert_eq!(arena.get(msg), Some((&b"world"[..], 7)));
         let b = arena.store(b"x", 8).unwrap();
         arena.release_unreferenced(b);
@@ -159,7 +163,11 @@ mod tests {
         let a = arena.store(b"ok", 0).unwrap();
         arena.retain(a);
         assert_eq!(arena.store(b"no", 0), None);
-        let bad = MsgRef { slot: a, offset: 1, len: 5 };
+        let bad = MsgRef {
+            slot: a,
+            offset: 1,
+            len: 5,
+        };
         assert_eq!(arena.get(bad), None);
     }
 }

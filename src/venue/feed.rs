@@ -102,7 +102,11 @@ pub fn decode(wire: Wire, bytes: &[u8]) -> Result<Datagram<'_>, ProtocolError> {
                 moldudp64::PacketKind::Heartbeat => Kind::Heartbeat,
                 moldudp64::PacketKind::EndOfSession => Kind::EndOfSession,
             };
-            let count = if kind == Kind::Data { p.message_count() } else { 0 };
+            let count = if kind == Kind::Data {
+                p.message_count()
+            } else {
+                0
+            };
             Ok(Datagram {
                 session: SessionKey(*p.session().as_bytes()),
                 seq: p.sequence(),

@@ -310,7 +310,11 @@ mod tests {
         assert_eq!(sent, [(1, SeqRange::new(5, 5))]);
         r.expire(40_000);
         let (_, sent) = plan(&mut r, 40_000, &gap);
-        assert_eq!(sent, [(2, SeqRange::new(5, 5))], "budget spent: second server");
+        assert_eq!(
+            sent,
+            [(2, SeqRange::new(5, 5))],
+            "budget spent: second server"
+        );
         r.expire(60_000);
         plan(&mut r, 60_000, &gap);
         r.expire(80_000);
@@ -352,9 +356,14 @@ mod tests {
             ..policy()
         };
         let mut sent = 0;
-        let p = r.plan(1, &slow, [SeqRange::new(1, 100)].into_iter(), |_, _| sent += 1);
+        let p = r.plan(1, &slow, [SeqRange::new(1, 100)].into_iter(), |_, _| {
+            sent += 1
+        });
         assert_eq!(p, Plan::Wait);
-        assert_eq!(sent, 1, "a tenth of a second of credit is one request at 10/s");
+        assert_eq!(
+            sent, 1,
+            "a tenth of a second of credit is one request at 10/s"
+        );
         assert!(r.next_deadline(&slow).is_some_and(|d| d > 1));
     }
 }

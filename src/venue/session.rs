@@ -224,7 +224,9 @@ impl FeedSession {
 
     /// The channel's name.
     pub fn channel_name(&self, channel: usize) -> &str {
-        self.channels.get(channel).map_or("", |c| c.spec.name.as_str())
+        self.channels
+            .get(channel)
+            .map_or("", |c| c.spec.name.as_str())
     }
 
     /// The consumer stream id of a channel.
@@ -254,13 +256,15 @@ impl FeedSession {
 
     /// The channel's counters, with the sequencer's.
     pub fn stats(&self, channel: usize) -> ChannelStats {
-        self.channels.get(channel).map_or_else(ChannelStats::default, |c| {
-            let mut stats = c.stats;
-            stats.sequencer = self.detector.stats(c.stream);
-            stats.requests_inflight = c.requester.inflight() as u64;
-            stats.timeouts = c.requester.timeouts;
-            stats
-        })
+        self.channels
+            .get(channel)
+            .map_or_else(ChannelStats::default, |c| {
+                let mut stats = c.stats;
+                stats.sequencer = self.detector.stats(c.stream);
+                stats.requests_inflight = c.requester.inflight() as u64;
+                stats.timeouts = c.requester.timeouts;
+                stats
+            })
     }
 
     /// Handles one datagram that arrived on `channel` at `now`, received at `recv_ns`
@@ -310,7 +314,17 @@ impl FeedSession {
                 let mut stored: Option<u32> = None;
                 for (i, msg) in d.messages.enumerate() {
                     let seq = d.seq.saturating_add(i as u64);
-                    self.message(channel, epoch, seq, datagram, msg, recv_ns, via, &mut stored, emit);
+                    self.message(
+                        channel,
+                        epoch,
+                        seq,
+                        datagram,
+                        msg,
+                        recv_ns,
+                        via,
+                        &mut stored,
+                        emit,
+                    );
                 }
                 if let (Some(slot), Some(c)) = (stored, self.channels.get_mut(channel)) {
                     c.arena.release_unreferenced(slot);
@@ -358,7 +372,8 @@ impl FeedSession {
                     state: Published::Unseen,
                 });
                 let mut out = std::mem::take(&mut self.out);
-                self.detector.resynchronize_epoch(stream, epoch, 1, &mut out);
+                self.detector
+                    .resynchronize_epoch(stream, epoch, 1, &mut out);
                 self.out = out;
                 self.release_discarded(channel);
                 if let Some(c) = self.channels.get_mut(channel) {
@@ -406,7 +421,8 @@ impl FeedSession {
                         // No room to keep it: treat the message as lost on the wire, but
                         // record that it exists so it is requested like any other loss.
                         c.stats.arena_full += 1;
-                        self.detector.heartbeat(stream, epoch, seq.saturating_add(1));
+                        self.detector
+                            .heartbeat(stream, epoch, seq.saturating_add(1));
                         return;
                     }
                 },
@@ -421,13 +437,15 @@ impl FeedSession {
                     .ingest(stream, epoch, Frame::point(seq, payload), &mut out)
                     .disposition
             }
-            Via::Unicast => match self
-                .detector
-                .backfill(stream, epoch, Frame::point(seq, payload), &mut out)
-            {
-                Ok(r) => r.outcome.disposition,
-                Err(_) => Disposition::DroppedResetRequired,
-            },
+            Via::Unicast => {
+                match self
+                    .detector
+                    .backfill(stream, epoch, Frame::point(seq, payload), &mut out)
+                {
+                    Ok(r) => r.outcome.disposition,
+                    Err(_) => Disposition::DroppedResetRequired,
+                }
+            }
         };
         let accepted = matches!(
             disposition,
@@ -566,8 +584,11 @@ impl FeedSession {
         let plan = if c.requester.has_servers() {
             let session = Session(c.session.unwrap_or_default().0);
             let (tx, stats) = (&mut self.tx, &mut c.stats);
-            c.requester
-                .plan(now, &policy, self.detector.missing(c.stream), |to, range| {
+            c.requester.plan(
+                now,
+                &policy,
+                self.detector.missing(c.stream),
+                |to, range| {
                     let count = range.len().min(u64::from(u16::MAX)) as u16;
                     let request = Request {
                         session,
@@ -585,7 +606,8 @@ impl FeedSession {
                     } else {
                         stats.requests_dropped += 1;
                     }
-                })
+                },
+            )
         } else {
             Plan::Exhausted
         };
@@ -717,7 +739,13 @@ impl FeedSession {
     }
 
     /// Feeds back what the snapshot fetch `id` produced.
-    pub fn on_snapshot(&mut self, now: u64, id: u64, event: SnapshotEvent<'_>, emit: &mut impl Emit) {
+    pub fn on_snapshot(
+        &mut self,
+        now: u64,
+        id: u64,
+        event: SnapshotEvent<'_>,
+        emit: &mut impl Emit,
+    ) {
         let Some(channel) = self
             .channels
             .iter()

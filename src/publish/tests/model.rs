@@ -114,7 +114,7 @@ fn event_for<'a>(stream: u16, kind: u8, next: &mut u64, payload: &'a [u8]) -> Ev
                 stream,
                 seq,
                 recv_ns: seq,
-                snapshot: seq % 2 == 0,
+                snapshot: seq.is_multiple_of(2),
                 payload,
             }
         }

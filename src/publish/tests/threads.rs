@@ -17,7 +17,7 @@ const TIME_LIMIT: Duration = Duration::from_secs(120);
 /// `deadline`.
 fn back_off(spins: &mut u32, deadline: Instant) {
     *spins += 1;
-    if *spins % 64 == 0 {
+    if (*spins).is_multiple_of(64) {
         assert!(Instant::now() < deadline, "ran past the time limit");
         thread::yield_now();
     } else {

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use crate::protocol::moldudp64::{Packet, PacketKind};
+use clap::Parser;
 
 use super::{config, listen, messages, run_to_end};
 use crate::sim::faults::SeqRange;

@@ -1,0 +1,5 @@
+//! The daemon: turns a validated configuration into running venues, sinks and metrics.
+
+pub mod specs;
+
+pub use specs::{apply_replay_config, feed_spec};
