@@ -15,6 +15,7 @@
 pub mod capture;
 pub mod config;
 pub mod daemon;
+pub mod io;
 pub mod protocol;
 pub mod publish;
 pub mod replay;

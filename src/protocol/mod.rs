@@ -42,6 +42,7 @@
     clippy::panic
 )]
 
+pub mod binance;
 pub mod iex_tp;
 pub mod moldudp64;
 pub mod soupbintcp;
