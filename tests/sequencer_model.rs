@@ -219,6 +219,7 @@ impl Oracle {
     fn begin_resync(&mut self) {
         if self.state != StreamState::Unseen {
             self.pending.clear();
+            self.horizon = self.expected;
             self.state = StreamState::ResetRequired;
             self.collecting = 1;
         }

@@ -386,8 +386,9 @@ fn hostile_sequence_is_bounded_and_resyncs() {
     let p = h.publish(6, 5);
     h.datagram(&p, Via::Multicast);
     assert_exactly(&h.delivered(), 1, 10);
-    // The hostile packet's claim that 10^9 messages exist is the only trace left.
-    assert!(h.feed.stats(0).sequencer.missing > 0);
+    // The hostile packet's claim that 10^9 messages exist was dropped with the resync.
+    assert_eq!(h.feed.stats(0).sequencer.missing, 0);
+    assert_eq!(h.feed.state(0), StreamState::Synced);
 }
 
 #[test]

@@ -36,11 +36,11 @@
 //! those of the Linux kernel.
 
 pub mod affinity;
-pub mod soup;
 pub mod batch;
 pub mod clock;
 pub mod idle;
 pub mod socket;
+pub mod soup;
 
 use std::io;
 

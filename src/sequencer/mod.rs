@@ -500,7 +500,8 @@ impl<P> Detector<P> {
     }
 
     /// Prepares for a resync that will take a while (a snapshot being fetched): drops what
-    /// is buffered, latches [`StreamState::ResetRequired`], and from the next frame on
+    /// is buffered and what was known to exist beyond it (it may be a hostile sender's
+    /// claim), latches [`StreamState::ResetRequired`], and from the next frame on
     /// *keeps* live frames (in a window based at the first of them) instead of dropping
     /// them, delivering nothing until [`Detector::resynchronize`], which then delivers the
     /// kept frames that follow the snapshot. A stream never seen is left alone.
@@ -529,6 +530,14 @@ impl<P> Detector<P> {
         if let Some(s) = self.streams.get_mut(stream.index()) {
             s.take_discarded(f);
         }
+    }
+
+    /// How far the sequences known to exist reach beyond the next expected one: an upper
+    /// bound of what is missing (buffered frames included), in O(1).
+    pub fn missing_span(&self, stream: StreamId) -> u64 {
+        self.streams
+            .get(stream.index())
+            .map_or(0, Stream::missing_span)
     }
 
     /// Frames buffered now in the stream's ring.

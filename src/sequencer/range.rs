@@ -52,30 +52,55 @@ impl fmt::Display for SeqRange {
 
 /// The missing ranges of one stream, in order: every sequence in `[expected, horizon)` that
 /// no buffered frame covers. Borrowed from the detector; computing it allocates nothing.
+///
+/// For point sequencing a run of buffered frames is skipped a bitmap word at a time, so the
+/// walk costs O(window / 64 + ranges) however many frames are buffered; range frames are
+/// walked one by one, since a frame may cover positions beyond its own slot.
 pub struct MissingRanges<'a, P> {
+    ring: Option<&'a SlotRing<P>>,
     frames: Option<RingIter<'a, P>>,
     cursor: u64,
+    window_end: u64,
     horizon: u64,
-    pending: Option<SeqRange>,
 }
 
 impl<'a, P> MissingRanges<'a, P> {
-    pub(crate) fn new(ring: &'a SlotRing<P>, expected: u64, horizon: u64) -> Self {
+    pub(crate) fn new(ring: &'a SlotRing<P>, expected: u64, horizon: u64, point: bool) -> Self {
         Self {
-            frames: Some(ring.iter_from(expected)),
+            ring: point.then_some(ring),
+            frames: (!point).then(|| ring.iter_from(expected)),
             cursor: expected,
+            window_end: expected.saturating_add(ring.capacity()),
             horizon,
-            pending: None,
         }
     }
 
     pub(crate) fn empty() -> Self {
         Self {
+            ring: None,
             frames: None,
             cursor: 0,
+            window_end: 0,
             horizon: 0,
-            pending: None,
         }
+    }
+
+    fn next_point(&mut self, ring: &SlotRing<P>) -> Option<SeqRange> {
+        if self.cursor < self.window_end {
+            self.cursor = ring.next_vacant(self.cursor, self.window_end);
+        }
+        if self.cursor >= self.horizon {
+            return None;
+        }
+        let occupied = if self.cursor < self.window_end {
+            ring.next_occupied(self.cursor, self.window_end)
+        } else {
+            None
+        };
+        let end = occupied.unwrap_or(self.horizon).min(self.horizon);
+        let range = SeqRange::new(self.cursor, end - 1);
+        self.cursor = end;
+        Some(range)
     }
 }
 
@@ -83,8 +108,8 @@ impl<P> Iterator for MissingRanges<'_, P> {
     type Item = SeqRange;
 
     fn next(&mut self) -> Option<SeqRange> {
-        if let Some(range) = self.pending.take() {
-            return Some(range);
+        if let Some(ring) = self.ring {
+            return self.next_point(ring);
         }
         while let Some(frame) = self.frames.as_mut().and_then(Iterator::next) {
             let hole =

@@ -155,6 +155,35 @@ impl<P> SlotRing<P> {
         None
     }
 
+    /// The smallest sequence in `[from, end)` whose slot is empty, where
+    /// `end - from <= capacity`; `end` when every slot in the span is taken. Skips a run
+    /// of buffered frames a word (64 slots) at a time.
+    pub(crate) fn next_vacant(&self, from: u64, end: u64) -> u64 {
+        if self.len == 0 || end <= from {
+            return from;
+        }
+        let span = (end - from).min(self.capacity());
+        let mut offset = 0u64;
+        while offset < span {
+            let index = self.index(from + offset);
+            let bit = index % 64;
+            let word = !self.bits.get(index / 64).copied().unwrap_or(0) >> bit;
+            let avail = ((64 - bit) as u64)
+                .min(self.capacity() - index as u64)
+                .min(span - offset);
+            let masked = if avail >= 64 {
+                word
+            } else {
+                word & ((1u64 << avail) - 1)
+            };
+            if masked != 0 {
+                return from + offset + u64::from(masked.trailing_zeros());
+            }
+            offset += avail;
+        }
+        from + span
+    }
+
     /// Removes every frame whose first sequence lies in `[from, end)`, passing each to
     /// `f` in sequence order. Used when the owner moves its window start past them.
     pub(crate) fn vacate(&mut self, from: u64, end: u64, mut f: impl FnMut(Frame<P>)) {
@@ -259,6 +288,22 @@ mod tests {
         // From 16 the window is indices 16..31 then 0..15; 32 sits at index 0.
         assert_eq!(ring.next_occupied(16, 48), Some(32));
         assert_eq!(ring.next_occupied(33, 64), None);
+    }
+
+    #[test]
+    fn next_vacant_skips_runs() {
+        let mut ring = SlotRing::new(128);
+        for seq in 200..330 {
+            if seq != 263 && seq < 328 {
+                ring.insert(frame(seq)).unwrap();
+            }
+        }
+        assert_eq!(ring.next_vacant(200, 328), 263);
+        assert_eq!(ring.next_vacant(264, 328), 328, "all taken up to the end");
+        let mut sparse = SlotRing::new(64);
+        sparse.insert(frame(10)).unwrap();
+        assert_eq!(sparse.next_vacant(10, 60), 11);
+        assert_eq!(sparse.next_vacant(5, 60), 5);
     }
 
     #[test]

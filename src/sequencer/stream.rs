@@ -88,7 +88,12 @@ impl<P> Stream<P> {
     pub(crate) fn missing(&self) -> MissingRanges<'_, P> {
         match self.state {
             StreamState::Unseen => MissingRanges::empty(),
-            _ => MissingRanges::new(&self.ring, self.expected, self.horizon),
+            _ => MissingRanges::new(
+                &self.ring,
+                self.expected,
+                self.horizon.max(self.expected),
+                self.cfg.sequencing == Sequencing::Point,
+            ),
         }
     }
 
@@ -342,6 +347,9 @@ impl<P> Stream<P> {
             return;
         }
         self.discard_all();
+        // What was known to exist beyond `expected` may be a hostile sender's claim; the
+        // snapshot and the frames that follow it are the evidence from here on.
+        self.horizon = self.expected;
         self.state = StreamState::ResetRequired;
         self.collecting = Collecting::Unbased;
     }
@@ -366,6 +374,15 @@ impl<P> Stream<P> {
     /// Hands every discarded payload to `f`.
     pub(crate) fn take_discarded(&mut self, f: impl FnMut(P)) {
         self.discarded.drain(..).for_each(f);
+    }
+
+    /// How far the known sequences reach beyond `expected` (an upper bound of what is
+    /// missing, computed in O(1)).
+    pub(crate) fn missing_span(&self) -> u64 {
+        match self.state {
+            StreamState::Unseen => 0,
+            _ => self.horizon.saturating_sub(self.expected),
+        }
     }
 
     /// Frames buffered now.

@@ -2,9 +2,11 @@
 //!
 //! Pure bookkeeping over a fixed table of requests in flight. The session asks it for
 //! requests covering the missing ranges; it skips what is already asked for and not yet
-//! timed out, caps each request's count, spends a retry budget that refills whenever a
-//! new message is accepted, moves to the next server when a server's budget is spent, and
-//! rate-limits with a token bucket. Times are nanoseconds on the caller's clock.
+//! timed out, and caps each request's count. Every request that times out spends one unit
+//! of a retry budget, which refills whenever an answer brings a new message: a slow but
+//! working server keeps going, a dead one is given up after `retry_budget` timeouts and the
+//! next server is tried. Requests are rate-limited with a token bucket. Times are
+//! nanoseconds on the caller's clock.
 
 use std::net::SocketAddr;
 
@@ -22,7 +24,7 @@ pub struct RequestPolicy {
     pub request_timeout_ns: u64,
     /// Messages asked for in one request at most.
     pub max_request_count: u16,
-    /// Requests without a newly accepted message before a server is given up.
+    /// Timed-out requests without a newly recovered message before a server is given up.
     pub retry_budget: u32,
     /// Requests per second at most, across the channel.
     pub requests_per_sec: u32,
@@ -71,7 +73,12 @@ pub struct Requester {
     servers_spent: usize,
     budget_used: u32,
     inflight: [Option<Inflight>; MAX_INFLIGHT],
-    gap_since: Option<u64>,
+    /// When the first plan for the current gaps is due (reorder delay after the gap).
+    first_plan_at: Option<u64>,
+    /// When a plan is due because a new gap appeared after the last one.
+    replan_at: Option<u64>,
+    /// The last plan stopped for lack of tokens or table slots.
+    blocked: bool,
     tokens_ns: u64,
     tokens_at: u64,
     /// Requests that timed out, for metrics.
@@ -87,7 +94,9 @@ impl Requester {
             servers_spent: 0,
             budget_used: 0,
             inflight: [None; MAX_INFLIGHT],
-            gap_since: None,
+            first_plan_at: None,
+            replan_at: None,
+            blocked: false,
             tokens_ns: 0,
             tokens_at: 0,
             timeouts: 0,
@@ -99,36 +108,51 @@ impl Requester {
         !self.servers.is_empty()
     }
 
-    /// Forgets every request and the gap timer (the gap closed, or the stream was reset).
+    /// Forgets every request and timer (the gaps closed, or the stream was reset).
     pub fn clear(&mut self) {
-        self.inflight = [None; MAX_INFLIGHT];
-        self.gap_since = None;
+        if self.first_plan_at.is_some() || self.replan_at.is_some() || self.inflight() > 0 {
+            self.inflight = [None; MAX_INFLIGHT];
+            self.first_plan_at = None;
+            self.replan_at = None;
+            self.blocked = false;
+        }
     }
 
-    /// Restores the whole budget and the server order: a new message was accepted.
+    /// Restores the whole budget and the server order: an answer brought a new message.
     pub fn progress(&mut self) {
         self.budget_used = 0;
         self.servers_spent = 0;
     }
 
-    /// Notes that something is missing at `now`; returns when requests may start.
-    pub fn gap_seen(&mut self, now: u64, policy: &RequestPolicy) -> u64 {
-        let since = *self.gap_since.get_or_insert(now);
-        since.saturating_add(policy.reorder_delay_ns)
+    /// Notes that something is missing at `now`: the first plan is due after the reorder
+    /// delay (unless one is already scheduled).
+    pub fn gap_seen(&mut self, now: u64, policy: &RequestPolicy) {
+        if self.first_plan_at.is_none() && self.inflight() == 0 && self.replan_at.is_none() {
+            self.first_plan_at = Some(now.saturating_add(policy.reorder_delay_ns));
+        }
     }
 
-    /// True once the reorder delay since the gap appeared has passed.
-    pub fn delay_passed(&self, now: u64, policy: &RequestPolicy) -> bool {
-        self.gap_since
-            .is_some_and(|since| now >= since.saturating_add(policy.reorder_delay_ns))
+    /// A new hole appeared while earlier ones are being recovered: plan again after the
+    /// reorder delay.
+    pub fn new_gap(&mut self, now: u64, policy: &RequestPolicy) {
+        let at = now.saturating_add(policy.reorder_delay_ns);
+        self.replan_at = Some(self.replan_at.map_or(at, |t| t.min(at)));
     }
 
-    /// Drops requests whose deadline passed, counting them as timeouts.
+    /// True when a plan has something to do at `now`: the reorder delay passed, a request
+    /// timed out, or a plan stopped by the rate limit can continue.
+    pub fn due(&self, now: u64, policy: &RequestPolicy) -> bool {
+        self.next_deadline(policy).is_some_and(|t| t <= now)
+    }
+
+    /// Drops requests whose deadline passed, counting them as timeouts. Each one spends
+    /// a unit of the retry budget: a server that answers refills it, a dead one runs out.
     pub fn expire(&mut self, now: u64) {
         for slot in &mut self.inflight {
             if slot.is_some_and(|f| f.deadline <= now) {
                 *slot = None;
                 self.timeouts += 1;
+                self.budget_used += 1;
             }
         }
     }
@@ -156,6 +180,9 @@ impl Requester {
         if self.servers.is_empty() {
             return Plan::Wait;
         }
+        self.first_plan_at = None;
+        self.replan_at = None;
+        self.blocked = false;
         self.refill(now, policy);
         let step = u64::from(policy.max_request_count.max(1));
         for range in ranges {
@@ -184,9 +211,11 @@ impl Requester {
                 }
                 let per_token = self.token_cost(policy);
                 if self.tokens_ns < per_token {
+                    self.blocked = true;
                     return Plan::Wait;
                 }
                 let Some(slot) = self.inflight.iter_mut().find(|s| s.is_none()) else {
+                    // Full: the next answer or timeout frees a slot and plans again.
                     return Plan::Wait;
                 };
                 *slot = Some(Inflight {
@@ -194,7 +223,6 @@ impl Requester {
                     deadline: now.saturating_add(policy.request_timeout_ns),
                 });
                 self.tokens_ns -= per_token;
-                self.budget_used += 1;
                 let server = self.servers[self.server % self.servers.len()];
                 send(server, chunk);
                 if to == u64::MAX {
@@ -209,13 +237,20 @@ impl Requester {
     /// The earliest time something here becomes due: the end of the reorder delay, a
     /// request deadline, or the next token when the bucket is empty.
     pub fn next_deadline(&self, policy: &RequestPolicy) -> Option<u64> {
-        let delay = self
-            .gap_since
-            .map(|since| since.saturating_add(policy.reorder_delay_ns));
         let inflight = self.inflight.iter().flatten().map(|f| f.deadline).min();
-        let token = (self.tokens_ns < self.token_cost(policy))
+        let token = (self.blocked && self.tokens_ns < self.token_cost(policy))
             .then(|| self.tokens_at + (self.token_cost(policy) - self.tokens_ns));
-        [delay, inflight, token].into_iter().flatten().min()
+        let unblocked = (self.blocked && self.tokens_ns >= self.token_cost(policy)).then_some(0);
+        [
+            self.first_plan_at,
+            self.replan_at,
+            inflight,
+            token,
+            unblocked,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Requests in flight now.
@@ -290,12 +325,13 @@ mod tests {
         let mut r = Requester::new(vec![addr(1)]);
         let (_, sent) = plan(&mut r, 1, &[SeqRange::new(1, 25)]);
         let got: Vec<_> = sent.iter().map(|(_, r)| (r.from, r.to)).collect();
-        assert_eq!(got, [(1, 10), (11, 20)], "budget of 2 stops the third");
-        // Same gap again before the deadline: nothing new is asked for the covered part.
-        r.progress();
+        assert_eq!(got, [(1, 10), (11, 20), (21, 25)]);
+        // The same gap again before the deadline: everything is already asked for.
         let (_, sent) = plan(&mut r, 2, &[SeqRange::new(1, 25)]);
-        let got: Vec<_> = sent.iter().map(|(_, r)| (r.from, r.to)).collect();
-        assert_eq!(got, [(21, 25)]);
+        assert!(sent.is_empty());
+        // A gap that grew: only the new part is asked for.
+        let (_, sent) = plan(&mut r, 3, &[SeqRange::new(1, 28)]);
+        assert_eq!(sent, [(1, SeqRange::new(26, 28))]);
     }
 
     #[test]

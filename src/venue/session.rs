@@ -315,6 +315,7 @@ impl FeedSession {
                 for (i, msg) in d.messages.enumerate() {
                     let seq = d.seq.saturating_add(i as u64);
                     self.message(
+                        now,
                         channel,
                         epoch,
                         seq,
@@ -332,7 +333,7 @@ impl FeedSession {
             }
         }
         self.publish_state(channel, emit);
-        self.drive(now, channel, emit);
+        self.drive(now, channel, via == Via::Unicast, emit);
     }
 
     /// Resolves the epoch of a datagram's session; `None` drops it as stale.
@@ -387,6 +388,7 @@ impl FeedSession {
     #[allow(clippy::too_many_arguments)]
     fn message(
         &mut self,
+        now: u64,
         channel: usize,
         epoch: u64,
         seq: u64,
@@ -433,9 +435,15 @@ impl FeedSession {
         let mut out = std::mem::take(&mut self.out);
         let disposition = match via {
             Via::Multicast => {
-                self.detector
-                    .ingest(stream, epoch, Frame::point(seq, payload), &mut out)
-                    .disposition
+                let outcome =
+                    self.detector
+                        .ingest(stream, epoch, Frame::point(seq, payload), &mut out);
+                if outcome.new_gap.is_some()
+                    && let Some(c) = self.channels.get_mut(channel)
+                {
+                    c.requester.new_gap(now, &self.spec.policy);
+                }
+                outcome.disposition
             }
             Via::Unicast => {
                 match self
@@ -457,9 +465,7 @@ impl FeedSession {
             }
             if accepted && via == Via::Unicast {
                 c.stats.recovered += 1;
-            }
-            if accepted {
-                // A newly accepted message restores the re-request budget.
+                // Recovery is making progress: the re-request budget is whole again.
                 c.requester.progress();
             }
         }
@@ -535,8 +541,9 @@ impl FeedSession {
         }
     }
 
-    /// Decides what recovery to run for `channel` now.
-    fn drive(&mut self, now: u64, channel: usize, emit: &mut impl Emit) {
+    /// Decides what recovery to run for `channel` now; `force` plans even when no timer is
+    /// due (an answer arrived: a partial one is followed at once by a request for the rest).
+    fn drive(&mut self, now: u64, channel: usize, force: bool, emit: &mut impl Emit) {
         let Some(c) = self.channels.get_mut(channel) else {
             return;
         };
@@ -567,17 +574,14 @@ impl FeedSession {
             }
             StreamState::DirtySyncPending | StreamState::Recovering => {}
         }
-        if now < c.requester.gap_seen(now, &policy) {
+        c.requester.gap_seen(now, &policy);
+        // Planning walks the missing ranges: only when something is due, not per datagram.
+        if !force && !c.requester.due(now, &policy) {
             return;
         }
         c.requester.expire(now);
-        let missing: u64 = self
-            .detector
-            .missing(c.stream)
-            .map(|r| r.len())
-            .fold(0, u64::saturating_add);
         let snapshot = c.spec.snapshot.is_some();
-        if snapshot && missing > self.spec.max_replay {
+        if snapshot && self.detector.missing_span(c.stream) > self.spec.max_replay {
             c.phase = Phase::Wanted;
             return;
         }
@@ -674,7 +678,7 @@ impl FeedSession {
                     until: now.saturating_add(self.spec.snapshot_retry_ns),
                 };
             }
-            self.drive(now, channel, emit);
+            self.drive(now, channel, false, emit);
             self.publish_state(channel, emit);
         }
     }
@@ -784,7 +788,7 @@ impl FeedSession {
                 self.deliver(channel, &mut out, &[], 0, emit);
                 self.out = out;
                 self.publish_state(channel, emit);
-                self.drive(now, channel, emit);
+                self.drive(now, channel, true, emit);
             }
             SnapshotEvent::Failed => {
                 if let Some(c) = self.channels.get_mut(channel) {
