@@ -181,6 +181,8 @@ fn fill_and_free_track_both_ends() {
     assert_eq!(producer.fill_bytes(), record);
     assert_eq!(producer.free_bytes(), 1000 - record);
     assert_eq!(consumer.available_bytes(), record);
+    // Counters are published every 64 pushes and whenever the producer is idle.
+    producer.flush_overrun();
     assert_eq!(
         producer.stats().fill_bytes(),
         u64::try_from(record).expect("small")
