@@ -144,7 +144,7 @@ impl Producer {
         };
         // Counters reach the metrics thread every 64 pushes, on every drop and when idle
         // (`flush_overrun`), not on every push.
-        if outcome == Pushed::Dropped || self.counts.pushed % 64 == 0 {
+        if outcome == Pushed::Dropped || self.counts.pushed.is_multiple_of(64) {
             self.stats.store_producer(&self.counts);
         }
         outcome
