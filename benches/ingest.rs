@@ -147,7 +147,7 @@ fn handoff() -> (f64, f64) {
                 snapshot: false,
                 payload: &payload,
             };
-            producer.push(&e);
+            black_box(producer.push(&e));
             if seq % 4096 == 4095 {
                 while consumer.pop(|_| ()).is_some() {}
             }
