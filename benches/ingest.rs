@@ -147,7 +147,9 @@ fn handoff() -> (f64, f64) {
                 snapshot: false,
                 payload: &payload,
             };
-            black_box(producer.push(&e));
+            let pushed = producer.push(&e);
+            debug_assert_eq!(pushed, gapless::publish::Pushed::Written);
+            black_box(pushed);
             if seq % 4096 == 4095 {
                 while consumer.pop(|_| ()).is_some() {}
             }
