@@ -149,7 +149,7 @@ fn handoff() -> (f64, f64) {
             };
             let pushed = producer.push(&e);
             debug_assert_eq!(pushed, gapless::publish::Pushed::Written);
-            black_box(pushed);
+            let _ = black_box(pushed);
             if seq % 4096 == 4095 {
                 while consumer.pop(|_| ()).is_some() {}
             }
