@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::time::Duration;
+
 use gapless::config::Config;
+use gapless::daemon::{demo, service};
+use gapless::publish::sinks::tail::tail;
 use gapless::replay::{ReplayOptions, replay};
 use gapless::sim::{MoldSimArgs, run_cli};
 use gapless::venue::Wire;
@@ -29,10 +33,33 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the feed handler described by a configuration file until SIGTERM or SIGINT.
+    Run {
+        /// The TOML file (one per venue host).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Print a status line per stream every this many seconds (0: never).
+        #[arg(long, default_value_t = 0)]
+        status_secs: u64,
+    },
+    /// Simulated venues on loopback, with loss, and the handler against them.
+    Demo {
+        /// Run this long, then print the summary.
+        #[arg(long, default_value_t = 20)]
+        duration: u64,
+    },
     /// Validate a configuration file; prints every error with file:line:column.
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
+    },
+    /// Print a unix-socket sink's live stream as JSON lines.
+    Tail {
+        /// The sink's socket path.
+        socket: PathBuf,
+        /// Stop after this many events.
+        #[arg(long)]
+        limit: Option<u64>,
     },
     /// Replay a pcap/pcapng capture (plain or zstd) through the live pipeline.
     Replay(ReplayArgs),
@@ -86,6 +113,62 @@ struct ReplayArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run {
+            config,
+            status_secs,
+        } => {
+            let config = match Config::load(&config) {
+                Ok(c) => c,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = service::block_stop_signals() {
+                eprintln!("error: cannot set up signal handling: {e}");
+                return ExitCode::FAILURE;
+            }
+            let options = service::ServiceOptions {
+                status_every: (status_secs > 0).then(|| Duration::from_secs(status_secs)),
+                duration: None,
+            };
+            match service::run_service(config, &options) {
+                Ok(summary) => {
+                    eprint!("{}", service::summary_text(&summary));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo { duration } => {
+            if let Err(e) = service::block_stop_signals() {
+                eprintln!("error: cannot set up signal handling: {e}");
+                return ExitCode::FAILURE;
+            }
+            match demo::run_demo(Duration::from_secs(duration)) {
+                Ok(summary) => {
+                    eprint!("{}", service::summary_text(&summary));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Tail { socket, limit } => {
+            let stdout = io::stdout();
+            match tail(&socket, stdout.lock(), limit) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {}: {e}", socket.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(config) => {
                 eprintln!(

@@ -1,14 +1,19 @@
 //! The rx thread's side of delivery: every consumer event goes into each consumer's
 //! lock-free queue, and never waits for any of them.
 
+use std::sync::Arc;
+
 use hdrhistogram::Histogram;
 
+use crate::metrics::StreamMetrics;
 use crate::publish::{Event, Producer, Pushed};
 use crate::venue::Emit;
 
 /// Consumer queues fed by the rx thread, and what it measured while feeding them.
 pub struct Fanout {
     producers: Vec<Producer>,
+    /// Per-stream metrics (hand-off latency), by consumer stream id.
+    stream_metrics: Vec<Arc<StreamMetrics>>,
     /// Wall-clock nanoseconds of the current batch, for hand-off latency.
     now_realtime_ns: u64,
     latency: Option<Histogram<u64>>,
@@ -23,11 +28,18 @@ impl Fanout {
     pub fn new(producers: Vec<Producer>) -> Self {
         Self {
             producers,
+            stream_metrics: Vec::new(),
             now_realtime_ns: 0,
             latency: Histogram::new_with_bounds(1, 60_000_000_000, 3).ok(),
             delivered: 0,
             dropped: 0,
         }
+    }
+
+    /// Also records each stream's hand-off latency into its metrics (by stream id).
+    pub fn with_metrics(mut self, stream_metrics: Vec<Arc<StreamMetrics>>) -> Self {
+        self.stream_metrics = stream_metrics;
+        self
     }
 
     /// Sets the wall-clock time used for the latency of what is handed off next.
@@ -63,10 +75,14 @@ impl Emit for Fanout {
         | Event::Range { recv_ns, .. } = *event
         {
             self.delivered += 1;
-            if recv_ns > 0
-                && let Some(h) = self.latency.as_mut()
-            {
-                let _ = h.record(self.now_realtime_ns.saturating_sub(recv_ns).max(1));
+            if recv_ns > 0 {
+                let latency = self.now_realtime_ns.saturating_sub(recv_ns).max(1);
+                if let Some(h) = self.latency.as_mut() {
+                    let _ = h.record(latency);
+                }
+                if let Some(m) = self.stream_metrics.get(usize::from(event.stream())) {
+                    m.record_handoff(latency);
+                }
             }
         }
         for p in &mut self.producers {

@@ -142,9 +142,14 @@ impl Default for RxOptions {
     }
 }
 
-/// Shared with the rest of the process: stop request, liveness, and published views.
+/// Shared with the rest of the process: stop request, liveness, published views and
+/// metrics.
 #[derive(Clone)]
 pub struct RxShared {
+    /// Metrics the loop writes (plain atomics), by consumer stream id; empty: none.
+    pub metrics: Option<Arc<crate::metrics::Registry>>,
+    /// Per-stream metrics, indexed by consumer stream id.
+    pub stream_metrics: Vec<Arc<crate::metrics::StreamMetrics>>,
     /// Set to ask the loop to finish its cycle and return.
     pub stop: Arc<AtomicBool>,
     /// Monotonic nanoseconds (process clock) of the last completed cycle.
@@ -156,6 +161,8 @@ pub struct RxShared {
 impl Default for RxShared {
     fn default() -> Self {
         Self {
+            metrics: None,
+            stream_metrics: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             alive_ns: Arc::new(AtomicU64::new(0)),
             views: Arc::new(std::sync::Mutex::new(Vec::new())),
@@ -249,6 +256,13 @@ impl RxLoop {
             }
             work += self.after_io(now);
             self.shared.alive_ns.store(now, Ordering::Relaxed);
+            if work > 0
+                && let Some(registry) = &self.shared.metrics
+            {
+                registry
+                    .rx_cycle()
+                    .record(self.clock.now_ns().saturating_sub(now));
+            }
             if now.saturating_sub(self.last_publish) >= self.options.publish_every.as_nanos() as u64
             {
                 self.last_publish = now;
@@ -388,14 +402,30 @@ impl RxLoop {
         let mut views = Vec::new();
         for venue in &self.venues {
             for c in 0..venue.session.channel_count() {
-                views.push(StreamView {
+                let view = StreamView {
                     venue: venue.name.clone(),
                     stream: venue.session.channel_name(c).to_string(),
                     stats: venue.session.stats(c),
                     sockets: venue.socket_stats(c),
                     state: crate::venue::published(venue.session.state(c)),
-                });
+                };
+                let id = usize::from(venue.session.stream_id(c));
+                if let Some(m) = self.shared.stream_metrics.get(id) {
+                    let mut sample = crate::metrics::StreamSample::from(&view.stats);
+                    sample.filtered_packets = view.sockets.filtered;
+                    sample.state = view.state;
+                    m.publish(&sample);
+                    m.set_state(view.state);
+                }
+                views.push(view);
             }
+        }
+        if let Some(registry) = &self.shared.metrics {
+            registry.process().mark_alive(
+                self.clock
+                    .realtime_offset_ns()
+                    .saturating_add(self.clock.now_ns()),
+            );
         }
         // Never wait for a reader: if one holds the lock, this round is skipped.
         if let Ok(mut shared) = self.shared.views.try_lock() {

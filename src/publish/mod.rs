@@ -59,6 +59,7 @@
 pub mod event;
 pub mod jsonl;
 pub mod queue;
+pub mod sinks;
 pub mod stats;
 
 mod codec;

@@ -1,0 +1,466 @@
+//! Starting and stopping the daemon: sockets, sinks, the rx thread, metrics, readiness.
+//!
+//! ```no_run
+//! use gapless::config::Config;
+//! use gapless::daemon::Daemon;
+//! use gapless::publish::Event;
+//!
+//! let config = Config::load("config/demo.toml").map_err(|e| e.to_string())?;
+//! let mut daemon = Daemon::new(config);
+//! // An in-process consumer: its own lock-free queue, fed by the rx thread.
+//! let mut consumer = daemon.subscribe(1 << 20);
+//! let running = daemon.start()?;
+//! let mut seen = 0;
+//! while seen < 10 {
+//!     if let Some(()) = consumer.pop(|event| {
+//!         if let Event::Message { seq, payload, .. } = event {
+//!             println!("{seq}: {} bytes", payload.len());
+//!         }
+//!     }) {
+//!         seen += 1;
+//!     }
+//! }
+//! let summary = running.stop()?;
+//! println!("delivered {}", summary.delivered);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::fanout::Fanout;
+use super::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, StreamView, UdpVenue};
+use super::specs::feed_spec;
+use crate::config::{Config, Idle, Sink, VenueKind};
+use crate::io::idle::IdleStrategy;
+use crate::io::socket::MulticastSpec;
+use crate::metrics::{Exporter, ExporterHandle, Registry, StreamMetrics};
+use crate::publish::jsonl::StreamNames;
+use crate::publish::sinks::StreamName;
+use crate::publish::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
+use crate::publish::sinks::unix::{UnixSink, UnixSinkHandle};
+use crate::publish::{Consumer, Producer, channel};
+
+/// Why the daemon could not start or stop cleanly.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// A socket could not be opened or joined.
+    #[error("venue {venue}: {source}")]
+    Socket {
+        /// The venue.
+        venue: String,
+        /// What failed.
+        source: crate::io::IoError,
+    },
+    /// A sink could not start.
+    #[error("sink {path}: {reason}")]
+    Sink {
+        /// The sink's path.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The rx thread could not start, or failed.
+    #[error("rx thread: {0}")]
+    Rx(std::io::Error),
+    /// The rx core could not be pinned.
+    #[error("rx thread: {0}")]
+    Pin(crate::io::IoError),
+    /// The metrics endpoint could not start.
+    #[error("metrics endpoint {addr}: {reason}")]
+    Metrics {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// What failed.
+        reason: String,
+    },
+    /// A venue kind this build does not run yet.
+    #[error("venue {0}: this kind is not supported by `run` yet")]
+    Unsupported(String),
+}
+
+/// What a run did, for the final summary.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Messages and frames handed to consumers.
+    pub delivered: u64,
+    /// Events a consumer queue had no room for.
+    pub dropped: u64,
+    /// Per stream, at the end.
+    pub streams: Vec<StreamView>,
+    /// Hand-off latency percentiles in nanoseconds: p50, p90, p99, p99.9, max.
+    pub latency_ns: Option<[u64; 5]>,
+}
+
+/// A configured daemon, not yet started.
+pub struct Daemon {
+    config: Config,
+    extra: Vec<Producer>,
+}
+
+impl Daemon {
+    /// A daemon for a validated configuration.
+    pub fn new(config: Config) -> Self {
+        Self {
+            config,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Streams the configuration defines, in consumer-id order: (venue, stream).
+    pub fn stream_names(&self) -> StreamNames {
+        let mut names = StreamNames::new();
+        let mut id = 0u16;
+        for venue in &self.config.venues {
+            for stream in venue_streams(&venue.kind) {
+                names.set(id, venue.name.as_str(), &stream);
+                id = id.saturating_add(1);
+            }
+        }
+        names
+    }
+
+    fn stream_count(&self) -> usize {
+        self.config
+            .venues
+            .iter()
+            .map(|v| venue_streams(&v.kind).len())
+            .sum()
+    }
+
+    /// An in-process consumer with a queue of `capacity_bytes`: it receives every event,
+    /// and when it falls behind it gets an overrun marker instead of slowing anyone.
+    pub fn subscribe(&mut self, capacity_bytes: usize) -> Consumer {
+        let (producer, consumer) = channel(capacity_bytes, self.stream_count().max(1));
+        self.extra.push(producer);
+        consumer
+    }
+
+    /// Opens every socket, starts the sinks and the rx thread. When this returns `Ok`,
+    /// every group is joined (the moment to report readiness).
+    pub fn start(self) -> Result<Running, DaemonError> {
+        let names = self.stream_names();
+        let streams = self.stream_count().max(1);
+        let daemon = &self.config.daemon;
+        let queue_bytes = daemon.consumer_queue.get().saturating_mul(64).max(1 << 16);
+
+        let mut venues = Vec::new();
+        let mut warnings = Vec::new();
+        let mut base = 0u16;
+        for venue in &self.config.venues {
+            let count = venue_streams(&venue.kind).len() as u16;
+            let Some(spec) = feed_spec(venue, base) else {
+                return Err(DaemonError::Unsupported(venue.name.as_str().to_string()));
+            };
+            let addresses = channel_addresses(&venue.kind);
+            let (udp, w) =
+                UdpVenue::open(venue.name.as_str(), spec, &addresses).map_err(|source| {
+                    DaemonError::Socket {
+                        venue: venue.name.as_str().to_string(),
+                        source,
+                    }
+                })?;
+            warnings.extend(w);
+            venues.push(udp);
+            base = base.saturating_add(count);
+        }
+        for w in &warnings {
+            eprintln!("warn: {w}");
+        }
+
+        let registry = Arc::new(Registry::new());
+        let stream_metrics: Vec<Arc<StreamMetrics>> = (0..streams as u16)
+            .map(|id| {
+                let (venue, stream) = names.get(id);
+                registry.add_stream(venue, stream)
+            })
+            .collect();
+        for (i, p) in self.extra.iter().enumerate() {
+            registry.add_consumer(&format!("in-process-{i}"), Arc::clone(p.stats()));
+        }
+        let mut producers = self.extra;
+        let mut jsonl = Vec::new();
+        let mut unix = Vec::new();
+        for sink in &self.config.sinks {
+            match sink {
+                Sink::Jsonl { path } => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    let (producer, consumer) = channel(queue_bytes, streams);
+                    let handle = JsonlSink::create(path, consumer, names.clone()).map_err(|e| {
+                        DaemonError::Sink {
+                            path: path.clone(),
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    registry.add_consumer(
+                        &format!("jsonl:{}", path.display()),
+                        Arc::clone(producer.stats()),
+                    );
+                    producers.push(producer);
+                    jsonl.push(handle);
+                }
+                Sink::Unix { path, client_queue } => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    let table: Vec<StreamName> = (0..streams as u16)
+                        .map(|id| {
+                            let (venue, stream) = names.get(id);
+                            StreamName {
+                                venue: venue.to_string(),
+                                stream: stream.to_string(),
+                            }
+                        })
+                        .collect();
+                    let bytes = client_queue.get().saturating_mul(64).max(1 << 16);
+                    let mut handle =
+                        UnixSink::start(path, bytes, &table).map_err(|e| DaemonError::Sink {
+                            path: path.clone(),
+                            reason: e.to_string(),
+                        })?;
+                    if let Some(p) = handle.take_producer() {
+                        registry.add_consumer(
+                            &format!("unix:{}", path.display()),
+                            Arc::clone(p.stats()),
+                        );
+                        producers.push(p);
+                    }
+                    unix.push(handle);
+                }
+                Sink::Pcap { path, .. } => {
+                    eprintln!(
+                        "warn: pcap sink {}: recording is done by `gapless record`; ignored here",
+                        path.display()
+                    );
+                }
+            }
+        }
+
+        let exporter =
+            Exporter::start(daemon.metrics_listen, Arc::clone(&registry)).map_err(|e| {
+                DaemonError::Metrics {
+                    addr: daemon.metrics_listen,
+                    reason: e.to_string(),
+                }
+            })?;
+        let shared = RxShared {
+            metrics: Some(Arc::clone(&registry)),
+            stream_metrics: stream_metrics.clone(),
+            ..RxShared::default()
+        };
+        let options = RxOptions {
+            idle: match daemon.idle {
+                Idle::BusySpin => IdleStrategy::BusySpin,
+                Idle::Yield => IdleStrategy::Yield,
+                Idle::Block => IdleStrategy::Block,
+            },
+            ..RxOptions::default()
+        };
+        let fanout = Fanout::new(producers).with_metrics(stream_metrics);
+        let rx_loop =
+            RxLoop::new(venues, fanout, options, shared.clone()).map_err(DaemonError::Rx)?;
+        let core = daemon.rx_core;
+        let (pinned_tx, pinned_rx) = crossbeam_channel::bounded(1);
+        let rx = std::thread::Builder::new()
+            .name("gapless-rx".into())
+            .spawn(move || {
+                let pinned = crate::io::affinity::pin_if_configured(core);
+                let ok = pinned.is_ok();
+                let _ = pinned_tx.send(pinned);
+                if !ok {
+                    return Err(std::io::Error::other("rx core could not be pinned"));
+                }
+                rx_loop.run()
+            })
+            .map_err(DaemonError::Rx)?;
+        match pinned_rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                let _ = rx.join();
+                return Err(DaemonError::Pin(e));
+            }
+            Err(_) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                return Err(DaemonError::Rx(std::io::Error::other(
+                    "rx thread did not start",
+                )));
+            }
+        }
+        Ok(Running {
+            shared,
+            rx,
+            jsonl,
+            unix,
+            names,
+            registry,
+            exporter: Some(exporter),
+        })
+    }
+}
+
+/// The stream names of a venue, in channel or symbol order.
+fn venue_streams(kind: &VenueKind) -> Vec<String> {
+    match kind {
+        VenueKind::MoldUdp64 { channels, .. } => channels
+            .iter()
+            .map(|c| c.name.as_str().to_string())
+            .collect(),
+        VenueKind::IexTp { channels, .. } => channels
+            .iter()
+            .map(|c| c.name.as_str().to_string())
+            .collect(),
+        VenueKind::Binance { symbols, .. } => {
+            symbols.iter().map(|s| s.as_str().to_string()).collect()
+        }
+    }
+}
+
+fn channel_addresses(kind: &VenueKind) -> Vec<ChannelAddress> {
+    fn address(
+        group: SocketAddrV4,
+        interface: std::net::Ipv4Addr,
+        source: Option<std::net::Ipv4Addr>,
+        rcvbuf: usize,
+    ) -> ChannelAddress {
+        ChannelAddress {
+            multicast: MulticastSpec {
+                group,
+                interface,
+                source,
+                rcvbuf,
+            },
+        }
+    }
+    match kind {
+        VenueKind::MoldUdp64 { channels, .. } => channels
+            .iter()
+            .map(|c| address(c.group.addr(), c.interface, c.source, c.rcvbuf))
+            .collect(),
+        VenueKind::IexTp { channels, .. } => channels
+            .iter()
+            .map(|c| address(c.group.addr(), c.interface, c.source, c.rcvbuf))
+            .collect(),
+        VenueKind::Binance { .. } => Vec::new(),
+    }
+}
+
+/// A started daemon.
+pub struct Running {
+    shared: RxShared,
+    rx: JoinHandle<std::io::Result<(Vec<UdpVenue>, Fanout)>>,
+    jsonl: Vec<JsonlSinkHandle>,
+    unix: Vec<UnixSinkHandle>,
+    names: StreamNames,
+    registry: Arc<Registry>,
+    exporter: Option<ExporterHandle>,
+}
+
+impl Running {
+    /// The metrics registry (what `/metrics` serves).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Where `/metrics` is served.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.exporter.as_ref().map(ExporterHandle::local_addr)
+    }
+
+    /// The flag that stops the rx loop (set it from a signal handler).
+    pub fn stop_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        Arc::clone(&self.shared.stop)
+    }
+
+    /// Monotonic nanoseconds of the rx loop's last cycle (for the watchdog).
+    pub fn alive_ns(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.shared.alive_ns)
+    }
+
+    /// The latest per-stream view the rx loop published.
+    pub fn views(&self) -> Vec<StreamView> {
+        self.shared
+            .views
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Stream names by consumer id.
+    pub fn names(&self) -> &StreamNames {
+        &self.names
+    }
+
+    /// True once the rx thread has ended (stopped, or failed).
+    pub fn is_finished(&self) -> bool {
+        self.rx.is_finished()
+    }
+
+    /// Stops the rx loop, then drains and flushes every sink.
+    pub fn stop(self) -> Result<RunSummary, DaemonError> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.wait()
+    }
+
+    /// Waits for the rx loop to end (after the stop flag is set), then drains and flushes
+    /// every sink.
+    pub fn wait(mut self) -> Result<RunSummary, DaemonError> {
+        let joined = self
+            .rx
+            .join()
+            .map_err(|_| DaemonError::Rx(std::io::Error::other("rx thread panicked")))?;
+        let (venues, fanout) = joined.map_err(DaemonError::Rx)?;
+        let mut summary = RunSummary {
+            delivered: fanout.delivered,
+            dropped: fanout.dropped,
+            streams: Vec::new(),
+            latency_ns: fanout.latency().filter(|h| !h.is_empty()).map(|h| {
+                [
+                    h.value_at_quantile(0.5),
+                    h.value_at_quantile(0.9),
+                    h.value_at_quantile(0.99),
+                    h.value_at_quantile(0.999),
+                    h.max(),
+                ]
+            }),
+        };
+        for venue in &venues {
+            for c in 0..venue.session().channel_count() {
+                summary.streams.push(StreamView {
+                    venue: venue.name.clone(),
+                    stream: venue.session().channel_name(c).to_string(),
+                    stats: venue.session().stats(c),
+                    sockets: venue.socket_stats(c),
+                    state: crate::venue::published(venue.session().state(c)),
+                });
+            }
+        }
+        // Dropping the fan-out closes every queue: the sinks drain what is left, then end.
+        drop(fanout);
+        for handle in self.jsonl {
+            handle.stop().map_err(|e| DaemonError::Sink {
+                path: PathBuf::from("jsonl"),
+                reason: e.to_string(),
+            })?;
+        }
+        for handle in self.unix {
+            let path = handle.path().to_path_buf();
+            handle.stop().map_err(|e| DaemonError::Sink {
+                path,
+                reason: e.to_string(),
+            })?;
+        }
+        if let Some(exporter) = self.exporter.take() {
+            exporter.stop();
+        }
+        Ok(summary)
+    }
+}

@@ -1,0 +1,187 @@
+//! Running as a service: signals, readiness, the watchdog, status lines and the summary.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use super::notify::{notify, spawn_watchdog, watchdog_interval};
+use super::run::{Daemon, DaemonError, RunSummary};
+use super::rx::StreamView;
+use crate::config::Config;
+
+/// How long to run and what to print while running.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceOptions {
+    /// Print a status line per stream this often.
+    pub status_every: Option<Duration>,
+    /// Stop after this long (the demo); `None` runs until SIGTERM or SIGINT.
+    pub duration: Option<Duration>,
+}
+
+/// Blocks SIGTERM and SIGINT in this thread and every thread started after it, so they
+/// can be waited for with [`wait_for_stop_signal`].
+pub fn block_stop_signals() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigset initialised by sigemptyset/sigaddset, passed to
+    // pthread_sigmask for the calling thread; no memory outlives the calls.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// Waits up to `timeout` for SIGTERM or SIGINT (blocked beforehand); true when one came.
+pub fn wait_for_stop_signal(timeout: Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the sigset is initialised by sigemptyset/sigaddset; `ts` and the set live
+    // across the call; a null siginfo pointer is allowed.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts)
+    };
+    rc == libc::SIGTERM || rc == libc::SIGINT
+}
+
+/// Starts the daemon, reports readiness, feeds the watchdog while the rx loop cycles,
+/// prints status lines, and stops cleanly (sinks flushed, sockets closed) on SIGTERM,
+/// SIGINT or after `duration`. Call [`block_stop_signals`] first, before any thread
+/// starts.
+pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummary, DaemonError> {
+    let running = Daemon::new(config).start()?;
+    notify("READY=1");
+    let clock = Instant::now();
+    let watchdog = watchdog_interval().and_then(|interval| {
+        // The rx loop stores its own monotonic clock; compare against a clock started
+        // no later than it, so a stalled loop reads as stale.
+        let origin = clock;
+        spawn_watchdog(
+            interval,
+            running.alive_ns(),
+            move || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            running.stop_flag(),
+        )
+        .ok()
+    });
+    if let Some(addr) = running.metrics_addr() {
+        eprintln!("info: metrics on http://{addr}/metrics");
+    }
+    let started = Instant::now();
+    let mut last_status = Instant::now();
+    loop {
+        if wait_for_stop_signal(Duration::from_millis(200)) {
+            eprintln!("info: stopping on signal");
+            break;
+        }
+        if running.is_finished() {
+            eprintln!("error: the rx loop ended on its own");
+            break;
+        }
+        if options.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if let Some(every) = options.status_every
+            && last_status.elapsed() >= every
+        {
+            last_status = Instant::now();
+            for line in status_lines(&running.views(), every) {
+                eprintln!("{line}");
+            }
+        }
+    }
+    notify("STOPPING=1");
+    let stop = running.stop_flag();
+    let summary = running.stop();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(w) = watchdog {
+        let _ = w.join();
+    }
+    summary
+}
+
+/// One line per stream: state, messages/s since the last line, gaps, recovered, resyncs.
+pub fn status_lines(views: &[StreamView], interval: Duration) -> Vec<String> {
+    static LAST: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    let mut last = LAST.lock().map(|g| g.clone()).unwrap_or_default();
+    last.resize(views.len(), 0);
+    let secs = interval.as_secs_f64().max(0.001);
+    let lines = views
+        .iter()
+        .zip(last.iter_mut())
+        .map(|(v, prev)| {
+            let s = &v.stats;
+            let delivered = s.sequencer.delivered;
+            let rate = (delivered.saturating_sub(*prev)) as f64 / secs;
+            *prev = delivered;
+            format!(
+                "{}/{}: {:<18} {:>10.0} msg/s  delivered {:>9}  gaps {:>5}  missing {:>6}  recovered {:>7}  resyncs {:>3}",
+                v.venue,
+                v.stream,
+                v.state.as_str(),
+                rate,
+                delivered,
+                s.sequencer.gaps,
+                s.sequencer.missing,
+                s.recovered,
+                s.snapshots_done
+            )
+        })
+        .collect();
+    if let Ok(mut g) = LAST.lock() {
+        *g = last;
+    }
+    lines
+}
+
+/// The end-of-run summary as text.
+pub fn summary_text(summary: &RunSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "summary: {} messages delivered, {} events dropped by slow consumers",
+        summary.delivered, summary.dropped
+    );
+    for v in &summary.streams {
+        let s = &v.stats;
+        let _ = writeln!(
+            out,
+            "  {}/{}: state {}, delivered {}, gaps detected {}, messages recovered {} ({} re-requests, {} timed out), snapshot resyncs {}, duplicates {}, malformed {}, lost {}",
+            v.venue,
+            v.stream,
+            v.state.as_str(),
+            s.sequencer.delivered,
+            s.sequencer.gaps,
+            s.recovered,
+            s.requests,
+            s.timeouts,
+            s.snapshots_done,
+            s.sequencer.duplicates,
+            s.malformed,
+            s.messages_lost
+        );
+    }
+    if let Some([p50, p90, p99, p999, max]) = summary.latency_ns {
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        let _ = writeln!(
+            out,
+            "  hand-off latency (kernel receive to consumer queue): p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
+            us(p50),
+            us(p90),
+            us(p99),
+            us(p999),
+            us(max)
+        );
+    }
+    out
+}
