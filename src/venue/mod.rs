@@ -5,6 +5,7 @@
 //!   re-request recovery, snapshot fallback over SoupBinTCP, heartbeats and end of session.
 
 pub mod arena;
+pub mod binance;
 pub mod feed;
 pub mod recovery;
 mod session;

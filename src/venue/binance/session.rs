@@ -1,0 +1,379 @@
+//! [`BinanceSession`]: routing frames to symbols, snapshot requests and answers, and the
+//! health of the connection.
+
+use crate::publish::StreamState as Published;
+use crate::sequencer::{Baseline, Detector, StreamConfig};
+use crate::venue::Emit;
+
+use super::fetch::Fetcher;
+use super::rules;
+use super::spec::{BinanceSpec, SpecError};
+use super::sync::{Applied, Book, Sequencer};
+use super::{
+    ReconnectReason, SnapshotRequest, SnapshotResult, SymbolState, SymbolStats, VenueStats,
+};
+use crate::protocol::binance::{self as scan, ScanError, Scanned};
+
+/// Reorder window of each symbol's stream. Binance has no retransmission, so any gap ends the
+/// sync at once: the detector never needs to hold more than the frame that revealed it.
+const WINDOW: usize = 64;
+
+/// The connection as the session sees it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Link {
+    connected: bool,
+    since: u64,
+    last_frame: u64,
+    shutdown: bool,
+}
+
+/// The sans-IO session of one Binance venue: one combined-stream connection, one diff depth
+/// stream per symbol. See the [module documentation](super) for the rules and the events.
+pub struct BinanceSession {
+    spec: BinanceSpec,
+    /// Lowercase symbol and index, sorted by symbol, for routing.
+    routes: Vec<(Box<str>, usize)>,
+    /// `path?query` of each symbol's snapshot request.
+    paths: Vec<String>,
+    weight: u32,
+    books: Vec<Book>,
+    seq: Sequencer,
+    fetcher: Fetcher,
+    link: Link,
+    now: u64,
+    stats: VenueStats,
+}
+
+impl BinanceSession {
+    /// Checks the spec and allocates every buffer the session will use.
+    ///
+    /// # Errors
+    ///
+    /// The [`SpecError`] of an invalid spec.
+    pub fn new(spec: BinanceSpec) -> Result<Self, SpecError> {
+        spec.validate()?;
+        let market = spec.market;
+        let weight = market.depth_weight(spec.depth_limit).unwrap_or(u32::MAX);
+        let config = if market.is_linked() {
+            StreamConfig::linked(WINDOW)
+        } else {
+            StreamConfig::range(WINDOW).with_baseline(Baseline::Resync)
+        }
+        .with_max_buffered(1);
+        let mut detector = Detector::new();
+        let mut books = Vec::with_capacity(spec.symbols.len());
+        for i in 0..spec.symbols.len() {
+            let stream = detector.add_stream(config);
+            let id = spec.stream_base.saturating_add(i as u16);
+            books.push(Book::new(stream, id, spec.max_pending, spec.pending_bytes));
+        }
+        let mut routes: Vec<(Box<str>, usize)> = spec
+            .symbols
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_str().into(), i))
+            .collect();
+        routes.sort();
+        let paths = spec
+            .symbols
+            .iter()
+            .map(|s| {
+                let upper = s.to_ascii_uppercase();
+                let path = market.depth_path();
+                format!("{path}?symbol={upper}&limit={}", spec.depth_limit)
+            })
+            .collect();
+        let fetcher = Fetcher::new(
+            spec.symbols.len(),
+            weight,
+            spec.weight_budget_per_min,
+            spec.max_inflight,
+            spec.backoff,
+            spec.snapshot_timeout_ns,
+        );
+        Ok(Self {
+            routes,
+            paths,
+            weight,
+            books,
+            seq: Sequencer {
+                market,
+                detector,
+                out: Vec::with_capacity(WINDOW),
+            },
+            fetcher,
+            link: Link::default(),
+            now: 0,
+            stats: VenueStats::default(),
+            spec,
+        })
+    }
+
+    /// Number of symbols.
+    pub fn symbol_count(&self) -> usize {
+        self.books.len()
+    }
+
+    /// The index of a symbol, matched without regard to case (`BTCUSDT` or `btcusdt`).
+    pub fn symbol_index(&self, symbol: &str) -> Option<usize> {
+        let found = self.routes.binary_search_by(|(name, _)| {
+            let wanted = symbol.bytes().map(|b| b.to_ascii_lowercase());
+            name.bytes().cmp(wanted)
+        });
+        found.ok().and_then(|k| self.routes.get(k)).map(|(_, i)| *i)
+    }
+
+    /// The lowercase name of a symbol.
+    pub fn symbol_name(&self, symbol: usize) -> Option<&str> {
+        self.spec.symbols.get(symbol).map(String::as_str)
+    }
+
+    /// The consumer stream id of a symbol.
+    pub fn stream_id(&self, symbol: usize) -> u16 {
+        self.spec
+            .stream_base
+            .saturating_add(u16::try_from(symbol).unwrap_or(u16::MAX))
+    }
+
+    /// Where a symbol stands; [`SymbolState::Waiting`] for an unknown index.
+    pub fn state(&self, symbol: usize) -> SymbolState {
+        self.books
+            .get(symbol)
+            .map_or(SymbolState::Waiting, Book::state)
+    }
+
+    /// The state consumers of a symbol were last told.
+    pub fn published_state(&self, symbol: usize) -> Published {
+        self.books
+            .get(symbol)
+            .map_or(Published::Unseen, Book::published)
+    }
+
+    /// A symbol's counters; zeros for an unknown index.
+    pub fn stats(&self, symbol: usize) -> SymbolStats {
+        self.books.get(symbol).map(Book::stats).unwrap_or_default()
+    }
+
+    /// The connection's counters.
+    pub fn venue_stats(&self) -> VenueStats {
+        self.stats
+    }
+
+    /// True between [`BinanceSession::on_connected`] and [`BinanceSession::on_disconnected`].
+    pub fn is_connected(&self) -> bool {
+        self.link.connected
+    }
+
+    /// Request weight spent on snapshots in the minute before the latest time the session was
+    /// given (by any input or poll).
+    pub fn weight_used_last_minute(&self) -> u32 {
+        self.fetcher.used(self.now)
+    }
+
+    fn observe(&mut self, now: u64) {
+        self.now = self.now.max(now);
+    }
+
+    /// The WebSocket connection opened at `now`. Symbols sync as their events arrive.
+    pub fn on_connected(&mut self, now: u64) {
+        self.observe(now);
+        self.stats.connects += 1;
+        self.link = Link {
+            connected: true,
+            since: now,
+            last_frame: now,
+            shutdown: false,
+        };
+    }
+
+    /// The connection closed at `now`: every symbol loses sync, consumers are told, and what
+    /// was buffered is dropped. Each symbol syncs again from the events of the next connection.
+    pub fn on_disconnected(&mut self, now: u64, emit: &mut impl Emit) {
+        self.observe(now);
+        if self.link.connected {
+            self.stats.disconnects += 1;
+        }
+        self.link.connected = false;
+        for (i, book) in self.books.iter_mut().enumerate() {
+            book.disconnect(&mut self.seq, emit);
+            self.fetcher.set_needed(i, book.needs_snapshot(), now);
+        }
+    }
+
+    /// Handles one text frame received at `now` (`recv_ns`: wall clock, passed to consumers).
+    /// Deltas delivered at once borrow `frame`.
+    pub fn on_text(&mut self, now: u64, recv_ns: u64, frame: &[u8], emit: &mut impl Emit) {
+        self.observe(now);
+        self.stats.frames += 1;
+        self.stats.bytes += frame.len() as u64;
+        let event = match scan::scan(frame) {
+            Ok(Scanned::Depth(event)) => event,
+            Ok(Scanned::ServerShutdown { .. }) => {
+                self.stats.server_shutdowns += 1;
+                self.link.shutdown = true;
+                self.link.last_frame = now;
+                return;
+            }
+            Ok(Scanned::Other { .. }) => {
+                self.stats.ignored += 1;
+                self.link.last_frame = now;
+                return;
+            }
+            Ok(Scanned::Unknown { .. }) => {
+                self.stats.unknown_events += 1;
+                self.link.last_frame = now;
+                return;
+            }
+            Err(ScanError::RangeInverted { .. }) => {
+                self.stats.hostile_ids += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        self.link.last_frame = now;
+        self.stats.depth_events += 1;
+        let by_stream = || event.stream.and_then(|s| s.split('@').next());
+        let Some(symbol) = self
+            .symbol_index(event.symbol)
+            .or_else(|| by_stream().and_then(|s| self.symbol_index(s)))
+        else {
+            self.stats.unknown_symbol += 1;
+            return;
+        };
+        let Some(book) = self.books.get_mut(symbol) else {
+            return;
+        };
+        match rules::ids_of(self.seq.market, &event) {
+            Some(ids) => book.on_event(&mut self.seq, ids, recv_ns, event.event_bytes, emit),
+            None => {
+                book.stats.events += 1;
+                book.stats.malformed += 1;
+            }
+        }
+        self.fetcher.set_needed(symbol, book.needs_snapshot(), now);
+    }
+
+    /// The next snapshot request to send at `now`, if one is due and allowed: at most
+    /// [`BinanceSpec::max_inflight`] in flight, within the weight budget, and not while a 429
+    /// or 418 pause lasts.
+    pub fn poll_snapshot(&mut self, now: u64) -> Option<SnapshotRequest> {
+        self.observe(now);
+        let symbol = self.fetcher.start(now)?;
+        let book = self.books.get_mut(symbol)?;
+        book.stats.snapshot_requests += 1;
+        Some(SnapshotRequest {
+            symbol,
+            path_and_query: self.paths.get(symbol)?.clone(),
+            weight: self.weight,
+        })
+    }
+
+    /// The answer to a snapshot request of `symbol`, received at `now`. A body that lines up
+    /// with the symbol's buffered events is published and the symbol goes live; one that does
+    /// not is fetched again. Failures back off; 429 and 418 pause the whole venue.
+    pub fn on_snapshot(
+        &mut self,
+        now: u64,
+        symbol: usize,
+        result: SnapshotResult<'_>,
+        emit: &mut impl Emit,
+    ) {
+        self.observe(now);
+        let Some(book) = self.books.get_mut(symbol) else {
+            self.stats.unsolicited_snapshots += 1;
+            return;
+        };
+        self.fetcher.answered(symbol);
+        match result {
+            SnapshotResult::Body(body) => match scan::parse_snapshot(body) {
+                Ok(snapshot) => {
+                    self.fetcher.succeeded(symbol);
+                    let l = snapshot.last_update_id;
+                    if book.on_snapshot(&mut self.seq, now, l, body, emit) == Applied::Stale {
+                        // The venue's rule: fetch again, at once.
+                        self.fetcher.set_needed(symbol, true, now);
+                        return;
+                    }
+                }
+                Err(_) => {
+                    book.stats.snapshots_failed += 1;
+                    self.fetcher.failed(symbol, book.needs_snapshot(), now);
+                    return;
+                }
+            },
+            SnapshotResult::Status {
+                code: code @ (429 | 418),
+                retry_after_secs,
+            } => {
+                let banned = code == 418;
+                if banned {
+                    book.stats.banned += 1;
+                } else {
+                    book.stats.rate_limited += 1;
+                }
+                self.fetcher.refused(retry_after_secs, banned, now);
+            }
+            SnapshotResult::Status { .. } | SnapshotResult::Failed => {
+                book.stats.snapshots_failed += 1;
+                self.fetcher.failed(symbol, book.needs_snapshot(), now);
+                return;
+            }
+        }
+        self.fetcher.set_needed(symbol, book.needs_snapshot(), now);
+    }
+
+    /// Runs whatever fell due by `now`: snapshot requests that timed out fail and back off.
+    pub fn handle_timeout(&mut self, now: u64, emit: &mut impl Emit) {
+        self.observe(now);
+        let (books, fetcher) = (&mut self.books, &mut self.fetcher);
+        let mut expired = |symbol: usize| {
+            if let Some(book) = books.get_mut(symbol) {
+                book.stats.snapshots_failed += 1;
+            }
+        };
+        fetcher.expire(now, &mut expired);
+        for (i, book) in self.books.iter().enumerate() {
+            self.fetcher.set_needed(i, book.needs_snapshot(), now);
+        }
+        let _ = emit;
+    }
+
+    /// The earliest time [`BinanceSession::handle_timeout`] (or [`BinanceSession::poll_snapshot`]
+    /// or [`BinanceSession::poll_reconnect`]) has something to do.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut next = self.fetcher.next_deadline(self.now);
+        if self.link.connected {
+            let silence = self
+                .link
+                .last_frame
+                .saturating_add(self.spec.silence_timeout_ns);
+            let age = self.link.since.saturating_add(self.spec.ws_max_age_ns);
+            for t in [silence, age] {
+                if t > self.now {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+        }
+        next
+    }
+
+    /// Whether the connection should be replaced at `now`, and why: the server announced a
+    /// shutdown, the connection reached its maximum age, or nothing arrived for the silence
+    /// timeout. Reported for as long as it holds; a new connection clears it.
+    pub fn poll_reconnect(&self, now: u64) -> Option<ReconnectReason> {
+        if self.link.shutdown {
+            return Some(ReconnectReason::ServerShutdown);
+        }
+        if !self.link.connected {
+            return None;
+        }
+        if now >= self.link.since.saturating_add(self.spec.ws_max_age_ns) {
+            return Some(ReconnectReason::MaxAge);
+        }
+        let silent = now.saturating_sub(self.link.last_frame);
+        (silent >= self.spec.silence_timeout_ns).then_some(ReconnectReason::Silence)
+    }
+}

@@ -1,0 +1,180 @@
+//! What a Binance venue is configured with, and the checks made before anything is allocated.
+
+use thiserror::Error;
+
+use super::Market;
+
+/// Longest symbol accepted (Binance's longest are about 20 characters).
+pub const MAX_SYMBOL_LEN: usize = 32;
+
+/// One second in nanoseconds.
+const SECOND_NS: u64 = 1_000_000_000;
+
+/// How long to wait before asking for a snapshot again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotBackoff {
+    /// Wait after the first failed request of a symbol; doubled with each further failure.
+    pub retry_initial_ns: u64,
+    /// Longest wait after failures.
+    pub retry_max_ns: u64,
+    /// Pause of the whole venue after a 429 without a longer `Retry-After`; doubled with each
+    /// further 429 in a row, up to [`SnapshotBackoff::ban_ns`].
+    pub rate_limit_ns: u64,
+    /// Pause of the whole venue after a 418 (IP banned) without a longer `Retry-After`.
+    pub ban_ns: u64,
+}
+
+impl Default for SnapshotBackoff {
+    /// 1 s doubling to 60 s after failures, 10 s after a 429, 5 minutes after a 418.
+    fn default() -> Self {
+        Self {
+            retry_initial_ns: SECOND_NS,
+            retry_max_ns: 60 * SECOND_NS,
+            rate_limit_ns: 10 * SECOND_NS,
+            ban_ns: 300 * SECOND_NS,
+        }
+    }
+}
+
+/// A Binance venue: one combined-stream connection, one depth stream per symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinanceSpec {
+    /// The market, which decides the REST path, the request weights and the continuity rule.
+    pub market: Market,
+    /// Lowercase symbols (`btcusdt`, `btcusd_perp`); symbol `i` is stream `stream_base + i`.
+    pub symbols: Vec<String>,
+    /// Consumer stream id of the first symbol.
+    pub stream_base: u16,
+    /// The snapshot depth (`limit`): 1 to 5000 on spot; 5, 10, 20, 50, 100, 500 or 1000 on
+    /// futures.
+    pub depth_limit: u32,
+    /// Events buffered per symbol at most while it waits for its snapshot.
+    pub max_pending: usize,
+    /// Bytes of event JSON buffered per symbol at most while it waits for its snapshot.
+    pub pending_bytes: usize,
+    /// Request weight spent on snapshots in any 60 seconds at most. A request heavier than the
+    /// whole budget is still sent once nothing was spent in the last 60 seconds.
+    pub weight_budget_per_min: u32,
+    /// Snapshot requests in flight at once at most (1 staggers them one by one).
+    pub max_inflight: usize,
+    /// A snapshot request not answered within this counts as failed.
+    pub snapshot_timeout_ns: u64,
+    /// Waits after failed, rate-limited and refused requests.
+    pub backoff: SnapshotBackoff,
+    /// The connection is replaced when nothing arrives for this long.
+    pub silence_timeout_ns: u64,
+    /// The connection is replaced after this long (Binance cuts it at 24 hours).
+    pub ws_max_age_ns: u64,
+}
+
+impl BinanceSpec {
+    /// A spec with defaults suited to a live venue: depth 1000, 1024 events and 1 MiB buffered
+    /// per symbol, 1200 weight a minute, one request at a time, 10 s snapshot timeout, 5 s
+    /// silence, 23 hour connections.
+    pub fn new(market: Market, symbols: Vec<String>) -> Self {
+        Self {
+            market,
+            symbols,
+            stream_base: 0,
+            depth_limit: 1000,
+            max_pending: 1024,
+            pending_bytes: 1 << 20,
+            weight_budget_per_min: 1200,
+            max_inflight: 1,
+            snapshot_timeout_ns: 10 * SECOND_NS,
+            backoff: SnapshotBackoff::default(),
+            silence_timeout_ns: 5 * SECOND_NS,
+            ws_max_age_ns: 23 * 3600 * SECOND_NS,
+        }
+    }
+
+    /// Checks the spec as a whole.
+    ///
+    /// # Errors
+    ///
+    /// The first problem found, as a [`SpecError`].
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.symbols.is_empty() {
+            return Err(SpecError::NoSymbols);
+        }
+        for (index, symbol) in self.symbols.iter().enumerate() {
+            let valid = !symbol.is_empty()
+                && symbol.len() <= MAX_SYMBOL_LEN
+                && symbol
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !valid {
+                return Err(SpecError::InvalidSymbol(symbol.clone()));
+            }
+            if self
+                .symbols
+                .get(..index)
+                .is_some_and(|s| s.contains(symbol))
+            {
+                return Err(SpecError::DuplicateSymbol(symbol.clone()));
+            }
+        }
+        let last = usize::from(self.stream_base).saturating_add(self.symbols.len() - 1);
+        if last > usize::from(u16::MAX) {
+            return Err(SpecError::TooManySymbols {
+                symbols: self.symbols.len(),
+                stream_base: self.stream_base,
+            });
+        }
+        if self.market.depth_weight(self.depth_limit).is_none() {
+            return Err(SpecError::DepthLimit {
+                market: self.market,
+                limit: self.depth_limit,
+            });
+        }
+        let positive = [
+            ("max_pending", self.max_pending as u64),
+            ("pending_bytes", self.pending_bytes as u64),
+            (
+                "weight_budget_per_min",
+                u64::from(self.weight_budget_per_min),
+            ),
+            ("max_inflight", self.max_inflight as u64),
+            ("snapshot_timeout_ns", self.snapshot_timeout_ns),
+            ("silence_timeout_ns", self.silence_timeout_ns),
+            ("ws_max_age_ns", self.ws_max_age_ns),
+        ];
+        match positive.iter().find(|(_, value)| *value == 0) {
+            Some((field, _)) => Err(SpecError::Zero(field)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a [`BinanceSpec`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SpecError {
+    /// The venue has no symbol.
+    #[error("a Binance venue needs at least one symbol")]
+    NoSymbols,
+    /// A symbol is empty, too long, or not lowercase `a-z`, `0-9` and `_`.
+    #[error("symbol {0:?} is not 1 to {MAX_SYMBOL_LEN} characters of a-z, 0-9 and '_'")]
+    InvalidSymbol(String),
+    /// A symbol is listed twice.
+    #[error("symbol {0:?} is listed twice")]
+    DuplicateSymbol(String),
+    /// The stream ids of the symbols do not fit in `u16`.
+    #[error("{symbols} symbols from stream {stream_base} do not fit in u16 stream ids")]
+    TooManySymbols {
+        /// Number of symbols.
+        symbols: usize,
+        /// The first stream id.
+        stream_base: u16,
+    },
+    /// The market does not offer this snapshot depth.
+    #[error("depth limit {limit} is not offered on {market:?}")]
+    DepthLimit {
+        /// The market.
+        market: Market,
+        /// The refused limit.
+        limit: u32,
+    },
+    /// A size, count or duration that must be positive is 0.
+    #[error("`{0}` must be greater than 0")]
+    Zero(&'static str),
+}

@@ -1,0 +1,353 @@
+//! The sync state machine of one symbol: buffering before the snapshot, lining the snapshot up
+//! with the buffered events, and continuity checks on every event after it.
+
+use crate::publish::{Event, StreamState as Published};
+use crate::sequencer::{Delivered, Detector, Disposition, StreamId};
+use crate::venue::Emit;
+
+use super::pending::{Pending, Stored};
+use super::rules::{self, Fit, Ids, Link};
+use super::{Market, SymbolState, SymbolStats};
+
+/// Where a delivered event's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// The frame being handled now.
+    Current,
+    /// The symbol's pending storage, by handle.
+    Pending(u64),
+}
+
+/// The detector shared by every symbol of a venue, with its reusable output.
+pub(crate) struct Sequencer {
+    pub(crate) market: Market,
+    pub(crate) detector: Detector<Slot>,
+    pub(crate) out: Vec<Delivered<Slot>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Buffering,
+    Live,
+}
+
+/// What a snapshot body did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// Published; the symbol is live (or buffering again if a buffered event broke the chain).
+    Yes,
+    /// It did not line up with the buffered events: fetch again.
+    Stale,
+    /// The symbol was not waiting for one.
+    Discarded,
+}
+
+/// One symbol's sync state.
+pub(crate) struct Book {
+    stream: StreamId,
+    stream_id: u16,
+    /// The detector epoch: a new one for each snapshot, so nothing of the last survives it.
+    epoch: u64,
+    phase: Phase,
+    /// `lastUpdateId` of the applied snapshot.
+    snapshot: Option<u64>,
+    /// Events in a row that brought nothing new (stale or duplicate), live or buffering.
+    idle_run: usize,
+    max_pending: usize,
+    pending: Pending,
+    published: Published,
+    pub(crate) stats: SymbolStats,
+}
+
+impl Book {
+    /// A symbol on `stream` (consumer id `stream_id`) with its pending storage.
+    pub(crate) fn new(stream: StreamId, stream_id: u16, max_pending: usize, bytes: usize) -> Self {
+        Self {
+            stream,
+            stream_id,
+            epoch: 0,
+            phase: Phase::Waiting,
+            snapshot: None,
+            idle_run: 0,
+            max_pending,
+            pending: Pending::new(max_pending, bytes),
+            published: Published::Unseen,
+            stats: SymbolStats::default(),
+        }
+    }
+
+    /// The symbol's state.
+    pub(crate) fn state(&self) -> SymbolState {
+        match self.phase {
+            Phase::Waiting => SymbolState::Waiting,
+            Phase::Buffering => SymbolState::Buffering,
+            Phase::Live => SymbolState::Synced,
+        }
+    }
+
+    /// The state consumers were last told.
+    pub(crate) fn published(&self) -> Published {
+        self.published
+    }
+
+    /// True while events wait for a snapshot.
+    pub(crate) fn needs_snapshot(&self) -> bool {
+        self.phase == Phase::Buffering
+    }
+
+    /// The counters, with the gauges filled in.
+    pub(crate) fn stats(&self) -> SymbolStats {
+        let mut stats = self.stats;
+        stats.buffered = self.pending.len();
+        stats.buffered_hwm = self.pending.hwm();
+        stats
+    }
+
+    fn publish(&mut self, state: Published, emit: &mut impl Emit) {
+        if self.published != state {
+            self.published = state;
+            emit.emit(&Event::State {
+                stream: self.stream_id,
+                state,
+            });
+        }
+    }
+
+    /// Handles one depth event of this symbol, its bytes borrowed from the frame.
+    pub(crate) fn on_event(
+        &mut self,
+        seq: &mut Sequencer,
+        ids: Ids,
+        recv_ns: u64,
+        bytes: &[u8],
+        emit: &mut impl Emit,
+    ) {
+        self.stats.events += 1;
+        match self.phase {
+            Phase::Waiting | Phase::Buffering => self.buffer(ids, recv_ns, bytes),
+            Phase::Live => self.live(seq, ids, recv_ns, bytes, emit),
+        }
+    }
+
+    /// Keeps an event until the snapshot, as the continuation of the buffered chain.
+    fn buffer(&mut self, ids: Ids, recv_ns: u64, bytes: &[u8]) {
+        if let Some(newest) = self.pending.newest() {
+            match rules::link(newest, ids) {
+                Link::Continues => {}
+                Link::Old => {
+                    self.stats.duplicates += 1;
+                    self.idle_run += 1;
+                    if self.idle_run <= self.max_pending {
+                        return;
+                    }
+                    // Stuck behind an event whose ids lie far ahead: start again from here.
+                    self.stats.breaks += 1;
+                    self.stats.overflowed += self.pending.len() as u64;
+                    self.pending.clear();
+                }
+                Link::Break => {
+                    // Missed events: nothing buffered so far can be bridged to what follows.
+                    self.stats.breaks += 1;
+                    self.stats.overflowed += self.pending.len() as u64;
+                    self.pending.clear();
+                }
+            }
+        }
+        self.idle_run = 0;
+        match self.pending.push(ids, recv_ns, bytes) {
+            Stored::Kept { evicted } => self.stats.overflowed += evicted as u64,
+            Stored::TooLarge { evicted } => self.stats.overflowed += evicted as u64 + 1,
+        }
+        self.phase = if self.pending.is_empty() {
+            Phase::Waiting
+        } else {
+            Phase::Buffering
+        };
+    }
+
+    /// Offers an event of a live symbol to the detector.
+    fn live(
+        &mut self,
+        seq: &mut Sequencer,
+        ids: Ids,
+        recv_ns: u64,
+        bytes: &[u8],
+        emit: &mut impl Emit,
+    ) {
+        let frame = rules::frame(ids, Slot::Current);
+        let outcome = seq
+            .detector
+            .ingest(self.stream, self.epoch, frame, &mut seq.out);
+        match outcome.disposition {
+            Disposition::Processed | Disposition::PartialOverlap => {
+                self.deliver(seq, Some((recv_ns, bytes)), emit);
+            }
+            Disposition::Duplicate => {
+                if self.count_old(seq.market, ids) {
+                    self.stats.breaks += 1;
+                    self.lose_sync(seq, emit);
+                    self.buffer(ids, recv_ns, bytes);
+                }
+            }
+            Disposition::Invalid => self.stats.malformed += 1,
+            _ => {
+                // A gap (buffered or beyond the window) or a chain that went backwards.
+                self.stats.breaks += 1;
+                self.lose_sync(seq, emit);
+                self.buffer(ids, recv_ns, bytes);
+            }
+        }
+        seq.out.clear();
+    }
+
+    /// Counts a live event that brought nothing new. True when the symbol looks stuck: more
+    /// such events in a row than the buffer holds. Binance's stream is ordered, so that many
+    /// never happen on a healthy connection; they do after a snapshot (or an event) whose ids
+    /// lie far ahead of the stream, which only a new snapshot can undo.
+    fn count_old(&mut self, market: Market, ids: Ids) -> bool {
+        let stale = self
+            .snapshot
+            .is_some_and(|l| rules::below_snapshot(market, ids.last, l));
+        if stale {
+            self.stats.dropped_stale += 1;
+            self.stats.stale_after_snapshot += 1;
+        } else {
+            self.stats.duplicates += 1;
+        }
+        self.idle_run += 1;
+        self.idle_run > self.max_pending
+    }
+
+    /// Publishes what the detector delivered, reading each payload where it lives.
+    fn deliver(
+        &mut self,
+        seq: &mut Sequencer,
+        current: Option<(u64, &[u8])>,
+        emit: &mut impl Emit,
+    ) {
+        for d in seq.out.drain(..) {
+            let found = match d.payload {
+                Slot::Current => current,
+                Slot::Pending(handle) => self.pending.get(handle),
+            };
+            if let Some((recv_ns, payload)) = found {
+                emit.emit(&Event::Range {
+                    stream: self.stream_id,
+                    first: d.first,
+                    last: d.last,
+                    recv_ns,
+                    payload,
+                });
+                self.stats.applied += 1;
+                self.idle_run = 0;
+            }
+        }
+    }
+
+    /// Sync is lost (a break, a disconnect): consumers are told, the detector waits for the
+    /// next snapshot, and the symbol buffers again from the next event.
+    pub(crate) fn lose_sync(&mut self, seq: &mut Sequencer, emit: &mut impl Emit) {
+        if self.phase == Phase::Live {
+            self.stats.resyncs += 1;
+        }
+        seq.detector.begin_resync(self.stream);
+        seq.detector.take_discarded(self.stream, |_| {});
+        self.phase = Phase::Waiting;
+        self.snapshot = None;
+        self.publish(Published::ResetRequired, emit);
+    }
+
+    /// The connection is gone: whatever was buffered belongs to it.
+    pub(crate) fn disconnect(&mut self, seq: &mut Sequencer, emit: &mut impl Emit) {
+        self.lose_sync(seq, emit);
+        self.pending.clear();
+    }
+
+    /// A snapshot of `l` with this `body` arrived at `now`.
+    pub(crate) fn on_snapshot(
+        &mut self,
+        seq: &mut Sequencer,
+        now: u64,
+        l: u64,
+        body: &[u8],
+        emit: &mut impl Emit,
+    ) -> Applied {
+        if self.phase != Phase::Buffering {
+            self.stats.snapshots_discarded += 1;
+            return Applied::Discarded;
+        }
+        if rules::fit(seq.market, l, self.pending.ids()) != Fit::Fits {
+            self.stats.snapshots_stale += 1;
+            return Applied::Stale;
+        }
+        let next = rules::resync_point(seq.market, l);
+        emit.emit(&Event::SnapshotBegin {
+            stream: self.stream_id,
+        });
+        emit.emit(&Event::Message {
+            stream: self.stream_id,
+            seq: l,
+            recv_ns: now,
+            snapshot: true,
+            payload: body,
+        });
+        emit.emit(&Event::SnapshotEnd {
+            stream: self.stream_id,
+            next,
+        });
+        self.epoch = self.epoch.wrapping_add(1);
+        seq.out.clear();
+        seq.detector
+            .resynchronize_epoch(self.stream, self.epoch, next, &mut seq.out);
+        seq.out.clear();
+        self.snapshot = Some(l);
+        self.phase = Phase::Live;
+        self.idle_run = 0;
+        self.stats.snapshots_applied += 1;
+        self.replay(seq, emit);
+        if self.phase == Phase::Live {
+            self.publish(Published::Synced, emit);
+        }
+        Applied::Yes
+    }
+
+    /// Offers the buffered events, oldest first, to the freshly seeded detector.
+    fn replay(&mut self, seq: &mut Sequencer, emit: &mut impl Emit) {
+        while let Some((handle, ids)) = self.pending.front() {
+            let frame = rules::frame(ids, Slot::Pending(handle));
+            let outcome = seq
+                .detector
+                .ingest(self.stream, self.epoch, frame, &mut seq.out);
+            match outcome.disposition {
+                Disposition::Processed | Disposition::PartialOverlap => {
+                    self.deliver(seq, None, emit);
+                }
+                Disposition::Duplicate => {
+                    // Buffered before the snapshot: not "after" it, and never a reason to
+                    // give up on it.
+                    if self
+                        .snapshot
+                        .is_some_and(|l| rules::below_snapshot(seq.market, ids.last, l))
+                    {
+                        self.stats.dropped_stale += 1;
+                    } else {
+                        self.stats.duplicates += 1;
+                    }
+                }
+                Disposition::Invalid => self.stats.malformed += 1,
+                _ => {
+                    // Cannot happen for a chain that fits the snapshot; if it does, this event
+                    // and those after it stay buffered for the next snapshot.
+                    seq.out.clear();
+                    self.stats.breaks += 1;
+                    self.lose_sync(seq, emit);
+                    self.phase = Phase::Buffering;
+                    return;
+                }
+            }
+            seq.out.clear();
+            self.pending.pop_front();
+        }
+    }
+}
