@@ -1,0 +1,271 @@
+//! The daemon as operators run it: `gapless run --config` against the MoldUDP64
+//! simulator on loopback, readiness over `$NOTIFY_SOCKET`, `/metrics` scraped over HTTP,
+//! `gapless tail` on the unix sink, SIGTERM leaving complete JSON lines, and the systemd
+//! unit verified where `systemd-analyze` exists.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gapless");
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gapless-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config_text(group: SocketAddrV4, sim: &MoldSim, dir: &Path, metrics: u16) -> String {
+    format!(
+        r#"
+[daemon]
+metrics_listen = "127.0.0.1:{metrics}"
+idle = "yield"
+log_level = "info"
+
+[[venue]]
+name = "sim"
+kind = "moldudp64"
+start = "from-start"
+
+  [[venue.channel]]
+  name = "a"
+  group = "{group}"
+  interface = "127.0.0.1"
+  rerequest = ["{rerequest}"]
+  snapshot = {{ kind = "soupbintcp", addr = "{snapshot}", username = "sim", password = "sim" }}
+  rcvbuf = 4194304
+
+  [venue.recovery]
+  reorder_window = 65536
+  reorder_delay_us = 2000
+
+[[sink]]
+kind = "jsonl"
+path = "{jsonl}"
+
+[[sink]]
+kind = "unix"
+path = "{sock}"
+client_queue = 65536
+"#,
+        rerequest = sim.rerequest_addr(),
+        snapshot = sim.snapshot_addr(),
+        jsonl = dir.join("out.jsonl").display(),
+        sock = dir.join("out.sock").display(),
+    )
+}
+
+/// Starts `gapless run` and waits for READY=1 on a notify socket of our own.
+fn start_daemon(config: &Path, dir: &Path) -> Child {
+    let notify_path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    child
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body
+}
+
+fn sigterm(child: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: signalling the child process this test started.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gapless did not stop within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
+    let dir = temp_dir("run");
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 1), 46401);
+    let mut cfg = MoldSimConfig::new(group);
+    cfg.count = 60_000;
+    cfg.rate = Some(20_000.0);
+    cfg.start_delay = Duration::from_millis(500);
+    cfg.heartbeat_interval = Some(Duration::from_millis(100));
+    cfg.faults = FaultConfig {
+        seed: 1,
+        loss: 0.01,
+        ..FaultConfig::default()
+    };
+    let mut sim = MoldSim::start(cfg).unwrap();
+    let metrics = free_port();
+    let config = dir.join("gapless.toml");
+    std::fs::write(&config, config_text(group, &sim, &dir, metrics)).unwrap();
+    let check = Command::new(BIN)
+        .arg("check-config")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(check.success());
+
+    let mut daemon = start_daemon(&config, &dir);
+
+    // `tail` receives what the unix sink publishes.
+    let tail = Command::new(BIN)
+        .arg("tail")
+        .arg(dir.join("out.sock"))
+        .args(["--limit", "1000"])
+        .output()
+        .unwrap();
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    let lines = String::from_utf8(tail.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 1000);
+    for line in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["venue"], "sim");
+        assert_eq!(v["stream"], "a");
+    }
+
+    sim.wait(Duration::from_secs(30)).unwrap();
+    // The scrape, over HTTP, while running.
+    let body = http_get(metrics, "/metrics");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    for series in [
+        "gapless_messages_received_total{",
+        "gapless_frames_delivered_total{",
+        "gapless_gaps_detected_total{",
+        "gapless_messages_missing{",
+        "gapless_rerequests_sent_total{",
+        "gapless_messages_recovered_total{",
+        "gapless_trading_authorized{",
+        "gapless_stream_state{",
+        "gapless_handoff_latency_seconds_bucket{",
+        "gapless_consumer_queue_depth_bytes{",
+        "gapless_rx_cycle_seconds_bucket{",
+    ] {
+        assert!(body.contains(series), "missing {series}");
+    }
+    assert!(http_get(metrics, "/healthz").starts_with("HTTP/1.1 200"));
+
+    let status = sigterm(&mut daemon);
+    assert!(status.success(), "exit status {status:?}");
+    drop(sim);
+
+    // Complete JSON lines: every line parses, messages in order, no gap in between.
+    let text = std::fs::read_to_string(dir.join("out.jsonl")).unwrap();
+    assert!(text.ends_with('\n'));
+    let mut next = 1u64;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a complete JSON line");
+        if let Some(seq) = v["seq"].as_u64() {
+            assert_eq!(seq, next, "in order, once each");
+            next += 1;
+        }
+    }
+    assert_eq!(next - 1, 60_000, "every published message");
+    assert!(
+        !dir.join("out.sock").exists(),
+        "the socket file is removed on stop"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_config_reports_errors_with_exit_code_2() {
+    let dir = temp_dir("check");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nidle = \"sometimes\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml:2:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn systemd_unit_verifies() {
+    let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("skipping: systemd-analyze not found");
+        return;
+    };
+    if !out.status.success() {
+        eprintln!("skipping: systemd-analyze does not run here");
+        return;
+    }
+    let dir = temp_dir("unit");
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/gapless@.service"),
+    )
+    .unwrap();
+    // Point the unit at the binary under test; an instance name makes it concrete.
+    std::fs::write(
+        dir.join("gapless@.service"),
+        unit.replace("/usr/bin/gapless", BIN),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("gapless@demo.service"),
+        unit.replace("/usr/bin/gapless", BIN),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(dir.join("gapless@demo.service"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
