@@ -38,9 +38,13 @@
 pub mod affinity;
 pub mod batch;
 pub mod clock;
+pub mod fetch;
+pub mod http;
 pub mod idle;
 pub mod socket;
 pub mod soup;
+pub mod tls;
+pub mod ws;
 
 use std::io;
 

@@ -64,6 +64,7 @@ use std::time::Duration;
 
 use crate::protocol::{EncodeError, SessionError};
 
+pub mod binance;
 pub mod cli;
 pub mod config;
 pub mod faults;
