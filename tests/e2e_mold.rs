@@ -38,7 +38,7 @@ struct Received {
 
 struct Handler {
     shared: RxShared,
-    rx: JoinHandle<std::io::Result<(Vec<UdpVenue>, Fanout)>>,
+    rx: JoinHandle<std::io::Result<gapless::daemon::rx::RxResult>>,
     consumer: Consumer,
 }
 
@@ -83,6 +83,7 @@ fn start_handler(sim: &MoldSim, group: SocketAddrV4, tweak: impl FnOnce(&mut Fee
     };
     let rx_loop = RxLoop::new(
         vec![venue],
+        Vec::new(),
         Fanout::new(vec![producer]),
         options,
         shared.clone(),
@@ -156,8 +157,12 @@ fn consume(
 
 fn stop(handler: Handler) -> Vec<UdpVenue> {
     handler.shared.stop.store(true, Ordering::Relaxed);
-    let (venues, _) = handler.rx.join().expect("rx thread").expect("rx loop");
-    venues
+    handler
+        .rx
+        .join()
+        .expect("rx thread")
+        .expect("rx loop")
+        .venues
 }
 
 fn config(group: SocketAddrV4, count: u64, rate: f64, faults: FaultConfig) -> MoldSimConfig {

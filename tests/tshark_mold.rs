@@ -132,6 +132,7 @@ fn simulator_packets_are_valid_moldudp64_to_wireshark() {
     };
     let rx = RxLoop::new(
         vec![venue],
+        Vec::new(),
         Fanout::new(vec![producer]),
         options,
         shared.clone(),
@@ -155,7 +156,7 @@ fn simulator_packets_are_valid_moldudp64_to_wireshark() {
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
-    let (venues, _) = rx.join().unwrap().unwrap();
+    let venues = rx.join().unwrap().unwrap().venues;
     let answers = venues[0].session().stats(0).answers;
     // SAFETY: sending SIGINT to the child we started; tshark then finishes the file.
     unsafe {

@@ -1,5 +1,6 @@
 //! The daemon: turns a validated configuration into running venues, sinks and metrics.
 
+pub mod binance;
 pub mod demo;
 pub mod fanout;
 pub mod notify;

@@ -34,9 +34,12 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use super::binance::BinanceVenue;
 use super::fanout::Fanout;
-use super::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, StreamView, UdpVenue};
-use super::specs::feed_spec;
+use super::rx::{
+    BINANCE_TOKEN_BASE, ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, StreamView, UdpVenue,
+};
+use super::specs::{binance_spec, feed_spec};
 use crate::config::{Config, Idle, Sink, VenueKind};
 use crate::io::idle::IdleStrategy;
 use crate::io::socket::MulticastSpec;
@@ -80,9 +83,14 @@ pub enum DaemonError {
         /// What failed.
         reason: String,
     },
-    /// A venue kind this build does not run yet.
-    #[error("venue {0}: this kind is not supported by `run` yet")]
-    Unsupported(String),
+    /// A venue could not be set up.
+    #[error("venue {venue}: {reason}")]
+    Venue {
+        /// The venue.
+        venue: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// What a run did, for the final summary.
@@ -151,23 +159,33 @@ impl Daemon {
         let queue_bytes = daemon.consumer_queue.get().saturating_mul(64).max(1 << 16);
 
         let mut venues = Vec::new();
+        let mut binance = Vec::new();
         let mut warnings = Vec::new();
         let mut base = 0u16;
         for venue in &self.config.venues {
             let count = venue_streams(&venue.kind).len() as u16;
-            let Some(spec) = feed_spec(venue, base) else {
-                return Err(DaemonError::Unsupported(venue.name.as_str().to_string()));
-            };
-            let addresses = channel_addresses(&venue.kind);
-            let (udp, w) =
-                UdpVenue::open(venue.name.as_str(), spec, &addresses).map_err(|source| {
+            let name = venue.name.as_str().to_string();
+            if let Some((spec, ws, rest, speed)) = binance_spec(venue, base) {
+                let token = mio::Token(BINANCE_TOKEN_BASE + binance.len());
+                let b =
+                    BinanceVenue::new(&name, spec, &ws, &rest, speed, token).map_err(|reason| {
+                        DaemonError::Venue {
+                            venue: name.clone(),
+                            reason,
+                        }
+                    })?;
+                binance.push(b);
+            } else if let Some(spec) = feed_spec(venue, base) {
+                let addresses = channel_addresses(&venue.kind);
+                let (udp, w) = UdpVenue::open(&name, spec, &addresses).map_err(|source| {
                     DaemonError::Socket {
-                        venue: venue.name.as_str().to_string(),
+                        venue: name.clone(),
                         source,
                     }
                 })?;
-            warnings.extend(w);
-            venues.push(udp);
+                warnings.extend(w);
+                venues.push(udp);
+            }
             base = base.saturating_add(count);
         }
         for w in &warnings {
@@ -265,8 +283,8 @@ impl Daemon {
             ..RxOptions::default()
         };
         let fanout = Fanout::new(producers).with_metrics(stream_metrics);
-        let rx_loop =
-            RxLoop::new(venues, fanout, options, shared.clone()).map_err(DaemonError::Rx)?;
+        let rx_loop = RxLoop::new(venues, binance, fanout, options, shared.clone())
+            .map_err(DaemonError::Rx)?;
         let core = daemon.rx_core;
         let (pinned_tx, pinned_rx) = crossbeam_channel::bounded(1);
         let rx = std::thread::Builder::new()
@@ -356,7 +374,7 @@ fn channel_addresses(kind: &VenueKind) -> Vec<ChannelAddress> {
 /// A started daemon.
 pub struct Running {
     shared: RxShared,
-    rx: JoinHandle<std::io::Result<(Vec<UdpVenue>, Fanout)>>,
+    rx: JoinHandle<std::io::Result<RxResult>>,
     jsonl: Vec<JsonlSinkHandle>,
     unix: Vec<UnixSinkHandle>,
     names: StreamNames,
@@ -417,7 +435,11 @@ impl Running {
             .rx
             .join()
             .map_err(|_| DaemonError::Rx(std::io::Error::other("rx thread panicked")))?;
-        let (venues, fanout) = joined.map_err(DaemonError::Rx)?;
+        let RxResult {
+            venues,
+            binance,
+            fanout,
+        } = joined.map_err(DaemonError::Rx)?;
         let mut summary = RunSummary {
             delivered: fanout.delivered,
             dropped: fanout.dropped,
@@ -440,6 +462,18 @@ impl Running {
                     stats: venue.session().stats(c),
                     sockets: venue.socket_stats(c),
                     state: crate::venue::published(venue.session().state(c)),
+                });
+            }
+        }
+        for venue in &binance {
+            let session = venue.session();
+            for symbol in 0..session.symbol_count() {
+                summary.streams.push(StreamView {
+                    venue: venue.name.clone(),
+                    stream: session.symbol_name(symbol).unwrap_or("").to_string(),
+                    stats: super::binance::channel_stats(&session.stats(symbol)),
+                    sockets: Default::default(),
+                    state: session.published_state(symbol),
                 });
             }
         }

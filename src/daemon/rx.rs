@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 
+use super::binance::BinanceVenue;
 use super::fanout::Fanout;
 use crate::io::batch::RecvBatch;
 use crate::io::clock::Clock;
@@ -115,6 +116,17 @@ pub struct StreamView {
     pub state: crate::publish::StreamState,
 }
 
+/// What the loop hands back when it stops: its venues (for the final summary) and the
+/// fan-out (dropping it closes the consumer queues).
+pub struct RxResult {
+    /// The MoldUDP64 / IEX-TP venues.
+    pub venues: Vec<UdpVenue>,
+    /// The Binance venues.
+    pub binance: Vec<BinanceVenue>,
+    /// The consumer fan-out.
+    pub fanout: Fanout,
+}
+
 /// Settings of the loop itself.
 #[derive(Debug, Clone)]
 pub struct RxOptions {
@@ -174,6 +186,7 @@ impl Default for RxShared {
 pub struct RxLoop {
     poll: Poll,
     venues: Vec<UdpVenue>,
+    binance: Vec<BinanceVenue>,
     batch: RecvBatch,
     clock: Clock,
     idler: Idler,
@@ -192,14 +205,19 @@ fn token(venue: usize, channel: usize, unicast: bool) -> Token {
     Token((venue << 20) | (channel << 1) | usize::from(unicast))
 }
 
+/// Tokens at or above this are Binance venues' WebSockets (index below it).
+pub const BINANCE_TOKEN_BASE: usize = 1 << 40;
+
 fn untoken(t: Token) -> (usize, usize, bool) {
     (t.0 >> 20, (t.0 >> 1) & 0x7_FFFF, t.0 & UNICAST_BIT != 0)
 }
 
 impl RxLoop {
-    /// Registers every socket of `venues` with a new poll.
+    /// Registers every socket of `venues` with a new poll; Binance venues connect from
+    /// the first cycle on (their tokens must be `BINANCE_TOKEN_BASE + index`).
     pub fn new(
         mut venues: Vec<UdpVenue>,
+        binance: Vec<BinanceVenue>,
         fanout: Fanout,
         options: RxOptions,
         shared: RxShared,
@@ -220,6 +238,7 @@ impl RxLoop {
         Ok(Self {
             poll,
             venues,
+            binance,
             batch: RecvBatch::new(options.batch, options.max_datagram),
             clock: Clock::new(),
             idler: Idler::new(options.idle),
@@ -235,7 +254,7 @@ impl RxLoop {
 
     /// Runs cycles until the stop flag is set. Returns the venues and the fan-out for the
     /// final summary.
-    pub fn run(mut self) -> std::io::Result<(Vec<UdpVenue>, Fanout)> {
+    pub fn run(mut self) -> std::io::Result<RxResult> {
         let mut events = Events::with_capacity(256);
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = self.clock.tick();
@@ -251,6 +270,15 @@ impl RxLoop {
             let now = self.clock.tick();
             let mut work = 0;
             for event in events.iter() {
+                if let Some(b) = event.token().0.checked_sub(BINANCE_TOKEN_BASE) {
+                    let realtime = Clock::realtime_ns();
+                    self.fanout.set_now(realtime);
+                    if let Some(venue) = self.binance.get_mut(b) {
+                        work +=
+                            venue.on_ready(now, realtime, self.poll.registry(), &mut self.fanout);
+                    }
+                    continue;
+                }
                 let (v, c, unicast) = untoken(event.token());
                 work += self.drain_socket(now, v, c, unicast);
             }
@@ -274,7 +302,11 @@ impl RxLoop {
             self.idler.idle(work);
         }
         self.publish_views();
-        Ok((self.venues, self.fanout))
+        Ok(RxResult {
+            venues: self.venues,
+            binance: self.binance,
+            fanout: self.fanout,
+        })
     }
 
     fn next_deadline(&self) -> Option<u64> {
@@ -373,6 +405,9 @@ impl RxLoop {
                         .on_snapshot(now, id, SnapshotEvent::Failed, &mut self.fanout);
                 }
             }
+        }
+        for venue in &mut self.binance {
+            work += venue.after_io(now, self.poll.registry(), &mut self.fanout);
         }
         while let Ok((id, reply)) = self.snapshot_rx.try_recv() {
             work += 1;

@@ -117,3 +117,60 @@ pub fn apply_replay_config(config: &Config, options: &mut ReplayOptions) -> Resu
     };
     Ok(())
 }
+
+/// The session specification of a Binance venue (`None` for other kinds), with its
+/// WebSocket base, REST base and update interval.
+pub fn binance_spec(
+    venue: &Venue,
+    stream_base: u16,
+) -> Option<(
+    crate::venue::binance::BinanceSpec,
+    String,
+    String,
+    Option<u32>,
+)> {
+    use crate::config::{Market, UpdateSpeed};
+    use crate::venue::binance::{BinanceSpec, Market as M};
+    let VenueKind::Binance {
+        market,
+        ws_url,
+        rest_url,
+        symbols,
+        depth_limit,
+        update_speed,
+        weight_budget_per_min,
+        silence_timeout,
+        ws_max_age,
+        buffering,
+        snapshot_timeout,
+    } = &venue.kind
+    else {
+        return None;
+    };
+    let m = match market {
+        Market::Spot => M::Spot,
+        Market::Usdm => M::Usdm,
+        Market::Coinm => M::Coinm,
+    };
+    let mut spec = BinanceSpec::new(m, symbols.iter().map(|s| s.as_str().to_string()).collect());
+    spec.stream_base = stream_base;
+    spec.depth_limit = u32::from(depth_limit.get());
+    spec.weight_budget_per_min = *weight_budget_per_min;
+    spec.silence_timeout_ns = duration_ns(*silence_timeout);
+    spec.ws_max_age_ns = duration_ns(*ws_max_age);
+    spec.snapshot_timeout_ns = duration_ns(*snapshot_timeout);
+    spec.max_pending = buffering.max_buffered().min(1 << 16);
+    let speed = match update_speed {
+        UpdateSpeed::Realtime => Some(0),
+        UpdateSpeed::Ms100 => Some(100),
+        UpdateSpeed::Ms250 => None,
+        UpdateSpeed::Ms500 => Some(500),
+        UpdateSpeed::Ms1000 => Some(1000),
+    };
+    Some((
+        spec,
+        ws_url.as_str().to_string(),
+        rest_url.as_str().to_string(),
+        speed,
+    ))
+}
