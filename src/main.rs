@@ -72,6 +72,9 @@ enum Command {
 enum SimCommand {
     /// A MoldUDP64 venue: multicast publisher, re-request server, SoupBinTCP snapshot server.
     Moldudp64(MoldSimArgs),
+    /// A Binance venue: WebSocket combined depth streams and REST snapshots, recorded or
+    /// generated, with faults.
+    Binance(gapless::sim::binance::BinanceSimArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -185,6 +188,16 @@ fn main() -> ExitCode {
             }
         },
         Command::Replay(args) => run_replay(args),
+        Command::Sim(SimCommand::Binance(args)) => match gapless::sim::binance::run_cli(&args) {
+            Ok(stats) => {
+                eprintln!("{stats:?}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Sim(SimCommand::Moldudp64(args)) => match run_cli(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::run::{DaemonError, RunSummary};
 use super::service::{ServiceOptions, run_service};
 use crate::config::{Config, ConfigErrors, Snapshot, VenueKind};
+use crate::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle, FaultConfig as BinanceFaults};
 use crate::sim::{FaultConfig, MoldSim, MoldSimConfig, SimError};
 
 /// The demo configuration, built into the binary.
@@ -24,6 +25,9 @@ pub enum DemoError {
     /// The handler failed.
     #[error("{0}")]
     Daemon(#[from] DaemonError),
+    /// The Binance simulator could not start.
+    #[error("binance simulator: {0}")]
+    Binance(String),
 }
 
 /// The parsed demo configuration.
@@ -74,20 +78,59 @@ pub fn start_mold_simulators(
     Ok(sims)
 }
 
+/// Starts a Binance simulator (generated books for the venue's symbols, now and then a
+/// dropped event) on the ports of every Binance venue of `config`.
+pub fn start_binance_simulators(config: &Config) -> Result<Vec<BinanceSim>, DemoError> {
+    let mut sims = Vec::new();
+    for venue in &config.venues {
+        let VenueKind::Binance {
+            market,
+            ws_url,
+            rest_url,
+            symbols,
+            ..
+        } = &venue.kind
+        else {
+            continue;
+        };
+        let names: Vec<&str> = symbols.iter().map(|s| s.as_str()).collect();
+        let style = if market.is_futures() {
+            BookStyle::Futures
+        } else {
+            BookStyle::Spot
+        };
+        let mut cfg = BinanceSimConfig::generated(&names, style, 20.0);
+        cfg.ws_port = port_of(ws_url.as_str());
+        cfg.http_port = port_of(rest_url.as_str());
+        cfg.wait_for_client = false;
+        cfg.faults = BinanceFaults {
+            seed: 7,
+            drop: 0.03,
+            symbols: names
+                .iter()
+                .take(1)
+                .map(|s| s.to_ascii_uppercase())
+                .collect(),
+            ..BinanceFaults::default()
+        };
+        sims.push(BinanceSim::start(cfg).map_err(|e| DemoError::Binance(e.to_string()))?);
+    }
+    Ok(sims)
+}
+
+/// The port of a loopback URL such as `ws://127.0.0.1:31010/stream` (0 when absent).
+fn port_of(url: &str) -> u16 {
+    url.split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|authority| authority.rsplit(':').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Runs the demo for `duration`: simulators, the handler with status lines, a summary.
-/// Venue kinds without a simulator here are left out, with a note.
 pub fn run_demo(duration: Duration) -> Result<RunSummary, DemoError> {
-    let mut config = demo_config()?;
-    config.venues.retain(|v| {
-        let keep = !matches!(v.kind, VenueKind::Binance { .. });
-        if !keep {
-            eprintln!(
-                "note: venue {} (binance) is left out of this demo run",
-                v.name.as_str()
-            );
-        }
-        keep
-    });
+    let config = demo_config()?;
     let groups: Vec<SocketAddrV4> = config
         .venues
         .iter()
@@ -101,13 +144,21 @@ pub fn run_demo(duration: Duration) -> Result<RunSummary, DemoError> {
         "demo: MoldUDP64 simulator on {groups:?} with 1% loss, bursts, reordering and duplicates; \
          the handler recovers by re-request and snapshot. Ctrl-C stops early."
     );
+    eprintln!(
+        "demo: Binance simulator with generated books; now and then it drops an event of the \
+         first symbol, which resyncs that symbol alone from a new snapshot."
+    );
     let sims = start_mold_simulators(&config, 50_000.0, duration)?;
+    let binance = start_binance_simulators(&config)?;
     let options = ServiceOptions {
         status_every: Some(Duration::from_secs(1)),
         duration: Some(duration + Duration::from_secs(2)),
     };
     let summary = run_service(config, &options);
     for sim in sims {
+        let _ = sim.stop();
+    }
+    for sim in binance {
         let _ = sim.stop();
     }
     Ok(summary?)

@@ -455,6 +455,26 @@ impl RxLoop {
                 views.push(view);
             }
         }
+        for venue in &self.binance {
+            let session = venue.session();
+            for symbol in 0..session.symbol_count() {
+                let view = StreamView {
+                    venue: venue.name.clone(),
+                    stream: session.symbol_name(symbol).unwrap_or("").to_string(),
+                    stats: super::binance::channel_stats(&session.stats(symbol)),
+                    sockets: SocketStats::default(),
+                    state: session.published_state(symbol),
+                };
+                let id = usize::from(session.stream_id(symbol));
+                if let Some(m) = self.shared.stream_metrics.get(id) {
+                    let mut sample = crate::metrics::StreamSample::from(&view.stats);
+                    sample.state = view.state;
+                    m.publish(&sample);
+                    m.set_state(view.state);
+                }
+                views.push(view);
+            }
+        }
         if let Some(registry) = &self.shared.metrics {
             registry.process().mark_alive(
                 self.clock
