@@ -234,6 +234,12 @@ impl CaptureReader {
         Self::from_bytes(data)
     }
 
+    /// The capture's bytes (decompressed when it was compressed), to reopen it later with
+    /// [`from_bytes`](Self::from_bytes) without reading or decompressing it again.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.data
+    }
+
     /// The same capture from its first record again (nothing is read or decompressed a
     /// second time).
     ///
