@@ -191,6 +191,9 @@ pub fn replay_reader(
     spec.start_from = options.from_start.then_some(1);
     spec.window = 1 << 16;
     spec.max_buffered = 1 << 16;
+    // A gap is declared lost only when nothing filled it within a second of capture time:
+    // a capture recorded live holds the re-request answers that arrived after the gap.
+    spec.policy.reorder_delay_ns = 1_000_000_000;
     let mut feed = FeedSession::new(spec);
     let index: BTreeMap<SocketAddrV4, usize> = destinations
         .iter()

@@ -47,6 +47,7 @@ use crate::metrics::{Exporter, ExporterHandle, Registry, StreamMetrics};
 use crate::publish::jsonl::StreamNames;
 use crate::publish::sinks::StreamName;
 use crate::publish::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
+use crate::publish::sinks::pcap::PcapSinkHandle;
 use crate::publish::sinks::unix::{UnixSink, UnixSinkHandle};
 use crate::publish::{Consumer, Producer, channel};
 
@@ -205,6 +206,7 @@ impl Daemon {
         let mut producers = self.extra;
         let mut jsonl = Vec::new();
         let mut unix = Vec::new();
+        let mut recorder = None;
         for sink in &self.config.sinks {
             match sink {
                 Sink::Jsonl { path } => {
@@ -253,11 +255,18 @@ impl Daemon {
                     }
                     unix.push(handle);
                 }
-                Sink::Pcap { path, .. } => {
-                    eprintln!(
-                        "warn: pcap sink {}: recording is done by `gapless record`; ignored here",
-                        path.display()
-                    );
+                Sink::Pcap { path, rotate_bytes } => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    let (tap, handle) =
+                        crate::publish::sinks::pcap::start(path, *rotate_bytes, 64 << 20).map_err(
+                            |e| DaemonError::Sink {
+                                path: path.clone(),
+                                reason: e.to_string(),
+                            },
+                        )?;
+                    recorder = Some((tap, handle));
                 }
             }
         }
@@ -283,8 +292,15 @@ impl Daemon {
             ..RxOptions::default()
         };
         let fanout = Fanout::new(producers).with_metrics(stream_metrics);
-        let rx_loop = RxLoop::new(venues, binance, fanout, options, shared.clone())
+        let mut rx_loop = RxLoop::new(venues, binance, fanout, options, shared.clone())
             .map_err(DaemonError::Rx)?;
+        let (tap, pcap) = match recorder {
+            Some((tap, handle)) => (Some(tap), Some(handle)),
+            None => (None, None),
+        };
+        if let Some(tap) = tap {
+            rx_loop = rx_loop.with_recorder(tap);
+        }
         let core = daemon.rx_core;
         let (pinned_tx, pinned_rx) = crossbeam_channel::bounded(1);
         let rx = std::thread::Builder::new()
@@ -321,6 +337,7 @@ impl Daemon {
             names,
             registry,
             exporter: Some(exporter),
+            pcap,
         })
     }
 }
@@ -380,6 +397,7 @@ pub struct Running {
     names: StreamNames,
     registry: Arc<Registry>,
     exporter: Option<ExporterHandle>,
+    pcap: Option<PcapSinkHandle>,
 }
 
 impl Running {
@@ -491,6 +509,12 @@ impl Running {
                 path,
                 reason: e.to_string(),
             })?;
+        }
+        if let Some(pcap) = self.pcap.take() {
+            let files = pcap.stop();
+            for f in files {
+                eprintln!("info: recorded {}", f.display());
+            }
         }
         if let Some(exporter) = self.exporter.take() {
             exporter.stop();

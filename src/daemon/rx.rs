@@ -19,6 +19,7 @@ use crate::io::clock::Clock;
 use crate::io::idle::{IdleStrategy, Idler};
 use crate::io::socket::{MulticastSpec, SocketInfo, open_multicast, open_unicast};
 use crate::io::soup::{SnapshotReply, spawn_fetch};
+use crate::publish::sinks::pcap::PcapTap;
 use crate::venue::{ChannelStats, FeedSession, FeedSpec, SnapshotEvent, Via};
 
 /// Sockets of one channel: the multicast feed and a unicast socket whose answers are
@@ -197,6 +198,7 @@ pub struct RxLoop {
     options: RxOptions,
     shared: RxShared,
     last_publish: u64,
+    recorder: Option<PcapTap>,
 }
 
 const UNICAST_BIT: usize = 1;
@@ -249,7 +251,14 @@ impl RxLoop {
             options,
             shared,
             last_publish: 0,
+            recorder: None,
         })
+    }
+
+    /// Records every datagram received (multicast and answers) into `tap`.
+    pub fn with_recorder(mut self, tap: PcapTap) -> Self {
+        self.recorder = Some(tap);
+        self
     }
 
     /// Runs cycles until the stop flag is set. Returns the venues and the fan-out for the
@@ -337,8 +346,12 @@ impl RxLoop {
             let Some(venue) = self.venues.get_mut(v) else {
                 return handled;
             };
+            let group = venue.sockets.get(c).map(|s| s.info.local);
             for i in 0..n {
                 let Some(d) = self.batch.get(i) else { continue };
+                if let (Some(tap), Some(group)) = (self.recorder.as_mut(), group) {
+                    tap.record(d.kernel_ns.unwrap_or(realtime), d.source, group, d.payload);
+                }
                 let Some(stats) = venue.socket_stats.get_mut(c) else {
                     continue;
                 };

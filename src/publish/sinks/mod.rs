@@ -31,6 +31,7 @@
 //! [`publish::channel`]: gapless::publish::channel
 
 pub mod jsonl;
+pub mod pcap;
 pub mod tail;
 pub mod unix;
 
