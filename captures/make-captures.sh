@@ -20,3 +20,12 @@ wait "$daemon" || true
 "$bin" replay moldudp64-loss.pcap --protocol moldudp64 --from-start \
     --venue sim --jsonl moldudp64-loss.expected.jsonl 2> moldudp64-loss.summary.txt
 cat moldudp64-loss.summary.txt
+
+# Binance spot: generated books for btcusdt and ethusdt, 300 events each, with stale
+# events after each snapshot and btcusdt's event 120 dropped (a break: that symbol alone
+# resyncs from the next snapshot).
+"$bin" sim binance-capture --out binance-drop.capture --market spot \
+    --symbols btcusdt,ethusdt --events 300 --drop btcusdt:120
+"$bin" replay binance-drop.capture --protocol binance --market spot \
+    --symbols btcusdt,ethusdt --jsonl binance-drop.expected.jsonl 2> binance-drop.summary.txt
+cat binance-drop.summary.txt

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod publish;
 pub mod replay;
+pub mod replay_binance;
 pub mod sequencer;
 pub mod sim;
 pub mod venue;

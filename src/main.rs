@@ -75,6 +75,45 @@ enum SimCommand {
     /// A Binance venue: WebSocket combined depth streams and REST snapshots, recorded or
     /// generated, with faults.
     Binance(gapless::sim::binance::BinanceSimArgs),
+    /// Write a Binance capture (the project's line format) of generated books, with
+    /// stale events after each snapshot and the dropped events named by `--drop`.
+    BinanceCapture {
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Market: spot, usdm or coinm.
+        #[arg(long, value_enum, default_value = "spot")]
+        market: MarketArg,
+        /// Symbols, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "btcusdt,ethusdt")]
+        symbols: Vec<String>,
+        /// Events per symbol.
+        #[arg(long, default_value_t = 300)]
+        events: usize,
+        /// Leave out the Nth event (from 0) of SYMBOL: `SYMBOL:N`, repeatable.
+        #[arg(long = "drop")]
+        drops: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MarketArg {
+    /// Binance spot.
+    Spot,
+    /// USD-M futures.
+    Usdm,
+    /// COIN-M futures.
+    Coinm,
+}
+
+impl MarketArg {
+    fn market(self) -> gapless::venue::binance::Market {
+        match self {
+            Self::Spot => gapless::venue::binance::Market::Spot,
+            Self::Usdm => gapless::venue::binance::Market::Usdm,
+            Self::Coinm => gapless::venue::binance::Market::Coinm,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -83,6 +122,8 @@ enum Protocol {
     Moldudp64,
     /// IEX-TP.
     IexTp,
+    /// A Binance capture in gapless's line format (`ws` frames and `rest` snapshots).
+    Binance,
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,6 +152,12 @@ struct ReplayArgs {
     /// Venue name in the JSON lines.
     #[arg(long, default_value = "replay")]
     venue: String,
+    /// Binance captures: the market.
+    #[arg(long, value_enum, default_value = "spot")]
+    market: MarketArg,
+    /// Binance captures: the symbols, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    symbols: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -198,6 +245,46 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Sim(SimCommand::BinanceCapture {
+            out,
+            market,
+            symbols,
+            events,
+            drops,
+        }) => {
+            let mut parsed = Vec::new();
+            for d in &drops {
+                match d
+                    .split_once(':')
+                    .and_then(|(s, n)| Some((s, n.parse::<usize>().ok()?)))
+                {
+                    Some(pair) => parsed.push(pair),
+                    None => {
+                        eprintln!("error: --drop {d}: expected SYMBOL:N");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            let names: Vec<&str> = symbols.iter().map(String::as_str).collect();
+            let written = File::create(&out).and_then(|f| {
+                let mut w = BufWriter::new(f);
+                gapless::replay_binance::write_generated_capture(
+                    &mut w,
+                    market.market(),
+                    &names,
+                    events,
+                    &parsed,
+                )?;
+                w.flush()
+            });
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {}: {e}", out.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Sim(SimCommand::Moldudp64(args)) => match run_cli(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -209,10 +296,13 @@ fn main() -> ExitCode {
 }
 
 fn run_replay(args: ReplayArgs) -> ExitCode {
+    if matches!(args.protocol, Protocol::Binance) {
+        return run_binance_replay(&args);
+    }
     let mut options = ReplayOptions {
         wire: match args.protocol {
             Protocol::Moldudp64 => Wire::MoldUdp64,
-            Protocol::IexTp => Wire::IexTp,
+            Protocol::IexTp | Protocol::Binance => Wire::IexTp,
         },
         destinations: args.groups.clone(),
         venue: args.venue.clone(),
@@ -259,6 +349,45 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
+    let symbols: Vec<&str> = args.symbols.iter().map(String::as_str).collect();
+    if symbols.is_empty() {
+        eprintln!("error: a Binance replay needs --symbols");
+        return ExitCode::from(2);
+    }
+    let market = args.market.market();
+    let path = &args.file;
+    let result = match &args.jsonl {
+        None => gapless::replay_binance::replay_binance(path, market, &symbols, None),
+        Some(p) => match File::create(p) {
+            Ok(f) => {
+                let mut out = BufWriter::new(f);
+                let r =
+                    gapless::replay_binance::replay_binance(path, market, &symbols, Some(&mut out));
+                if let Err(e) = out.flush() {
+                    eprintln!("error: {}: {e}", p.display());
+                    return ExitCode::FAILURE;
+                }
+                r
+            }
+            Err(e) => {
+                eprintln!("error: cannot create {}: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    match result {
+        Ok(summary) => {
+            eprintln!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
             ExitCode::FAILURE
         }
     }

@@ -34,3 +34,33 @@ fn moldudp64_capture_with_known_loss_replays_to_its_expected_output() {
     );
     assert_eq!(summary.delivered + lost, 2_000);
 }
+
+#[test]
+fn binance_capture_with_a_dropped_event_replays_to_its_expected_output() {
+    use gapless::replay_binance::replay_binance;
+    use gapless::venue::binance::Market;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
+    let mut out = Vec::new();
+    let summary = replay_binance(
+        &dir.join("binance-drop.capture"),
+        Market::Spot,
+        &["btcusdt", "ethusdt"],
+        Some(&mut out),
+    )
+    .expect("replay");
+    let expected = std::fs::read(dir.join("binance-drop.expected.jsonl")).expect("expected");
+    assert!(
+        out == expected,
+        "replay output differs from binance-drop.expected.jsonl"
+    );
+    // The dropped event resyncs btcusdt alone.
+    let resyncs: Vec<(String, u64)> = summary
+        .symbols
+        .iter()
+        .map(|s| (s.name.clone(), s.resyncs))
+        .collect();
+    assert_eq!(
+        resyncs,
+        [("btcusdt".to_string(), 1), ("ethusdt".to_string(), 0)]
+    );
+}

@@ -24,7 +24,14 @@ struct Counters {
     buffered_hwm: usize,
 }
 
+/// `point_epoch` when the point short path is off.
+const NO_SHORT_PATH: u64 = u64::MAX;
+
 pub(crate) struct Stream<P> {
+    /// The epoch whose in-order point frames may take the short path: the stream is
+    /// point-sequenced, `Synced`, and in this epoch. [`NO_SHORT_PATH`] otherwise. Kept in
+    /// step by [`Stream::refresh`] after every operation that can change state or epoch.
+    point_epoch: u64,
     cfg: StreamConfig,
     state: StreamState,
     epoch: Option<u64>,
@@ -60,6 +67,7 @@ impl<P> Stream<P> {
         let ring = SlotRing::new(cfg.window);
         let discarded = Vec::with_capacity(ring.capacity() as usize);
         Self {
+            point_epoch: NO_SHORT_PATH,
             cfg,
             state: StreamState::Unseen,
             epoch: None,
@@ -149,35 +157,39 @@ impl<P> Stream<P> {
         frame: Frame<P>,
         out: &mut Vec<Delivered<P>>,
     ) -> Outcome {
-        if self.state == StreamState::Synced && self.epoch == Some(epoch) {
-            // Synced means the ring is empty and nothing is known beyond `expected`, so
-            // delivering this frame can unblock nothing else.
-            if self.cfg.sequencing == Sequencing::Point {
-                if frame.first == self.expected
-                    && frame.last == frame.first
-                    && frame.last < u64::MAX
-                {
-                    // `horizon` may lag behind `expected`: every reader compares it with
-                    // `expected` or above. `last_delivered` only matters to linked ranges.
-                    self.expected += 1;
-                    self.counters.delivered += 1;
-                    out.push(Delivered {
-                        first: frame.first,
-                        last: frame.first,
-                        fresh_from: frame.first,
-                        payload: frame.payload,
-                    });
-                    return Outcome::with(Disposition::Processed, 1);
-                }
-            } else if self.valid(&frame) && self.continuous(&frame) {
-                let disposition = if frame.first < self.expected {
-                    Disposition::PartialOverlap
-                } else {
-                    Disposition::Processed
-                };
-                self.deliver(frame, out);
-                return Outcome::with(disposition, 1);
-            }
+        // Synced means the ring is empty and nothing is known beyond `expected`, so
+        // delivering an in-order frame can unblock nothing else.
+        if self.point_epoch == epoch
+            && epoch != NO_SHORT_PATH
+            && frame.first == self.expected
+            && frame.last == frame.first
+            && frame.first != u64::MAX
+        {
+            // `horizon` may lag behind `expected`: every reader compares it with
+            // `expected` or above. `last_delivered` only matters to linked ranges.
+            self.expected += 1;
+            self.counters.delivered += 1;
+            out.push(Delivered {
+                first: frame.first,
+                last: frame.first,
+                fresh_from: frame.first,
+                payload: frame.payload,
+            });
+            return Outcome::with(Disposition::Processed, 1);
+        }
+        if self.state == StreamState::Synced
+            && self.epoch == Some(epoch)
+            && self.cfg.sequencing != Sequencing::Point
+            && self.valid(&frame)
+            && self.continuous(&frame)
+        {
+            let disposition = if frame.first < self.expected {
+                Disposition::PartialOverlap
+            } else {
+                Disposition::Processed
+            };
+            self.deliver(frame, out);
+            return Outcome::with(disposition, 1);
         }
         if self.cfg.sequencing == Sequencing::Point
             && matches!(
@@ -221,6 +233,26 @@ impl<P> Stream<P> {
     #[cold]
     #[inline(never)]
     fn ingest_slow(
+        &mut self,
+        epoch: u64,
+        frame: Frame<P>,
+        out: &mut Vec<Delivered<P>>,
+        backfill: bool,
+    ) -> Outcome {
+        let outcome = self.classify(epoch, frame, out, backfill);
+        self.refresh();
+        outcome
+    }
+
+    /// Turns the point short path on or off to match the state and epoch.
+    fn refresh(&mut self) {
+        self.point_epoch = match (self.state, self.cfg.sequencing, self.epoch) {
+            (StreamState::Synced, Sequencing::Point, Some(epoch)) => epoch,
+            _ => NO_SHORT_PATH,
+        };
+    }
+
+    fn classify(
         &mut self,
         epoch: u64,
         frame: Frame<P>,
@@ -343,6 +375,11 @@ impl<P> Stream<P> {
     /// (not authorised), and from the next frame on buffers frames instead of dropping
     /// them, delivering nothing until `resynchronize`.
     pub(crate) fn begin_resync(&mut self) {
+        self.begin_resync_inner();
+        self.refresh();
+    }
+
+    fn begin_resync_inner(&mut self) {
         if self.state == StreamState::Unseen {
             return;
         }
@@ -559,6 +596,12 @@ impl<P> Stream<P> {
 
     /// Heartbeat: the publisher's next sequence is `next`.
     pub(crate) fn heartbeat(&mut self, epoch: u64, next: u64) -> Outcome {
+        let outcome = self.heartbeat_inner(epoch, next);
+        self.refresh();
+        outcome
+    }
+
+    fn heartbeat_inner(&mut self, epoch: u64, next: u64) -> Outcome {
         let epoch_reset = match self.begin_epoch(epoch) {
             Ok(reset) => reset,
             Err(outcome) => return outcome,
@@ -592,6 +635,17 @@ impl<P> Stream<P> {
     /// Seeds the stream from a snapshot: everything below `next` is covered. Buffered
     /// frames at or after `next` are kept and delivered when continuous.
     pub(crate) fn resynchronize(
+        &mut self,
+        epoch: Option<u64>,
+        next: u64,
+        out: &mut Vec<Delivered<P>>,
+    ) -> usize {
+        let delivered = self.resynchronize_inner(epoch, next, out);
+        self.refresh();
+        delivered
+    }
+
+    fn resynchronize_inner(
         &mut self,
         epoch: Option<u64>,
         next: u64,

@@ -19,7 +19,7 @@
 //! | record | body (offset: field, type) | when |
 //! | --- | --- | --- |
 //! | hello | 0: magic `GPLS`, 4: version u16 = 1, 6: stream count u16, 8: for each stream id from 0: venue length u16, venue UTF-8, stream length u16, stream UTF-8 | first, exactly once |
-//! | event | an [`Event`] in the binary encoding of [`gapless::publish::event`]: tag 1 to 8 | any number, in queue order |
+//! | event | an [`Event`] in the binary encoding of [`crate::publish::event`]: tag 1 to 8 | any number, in queue order |
 //! | cut-off | 0: tag `0xF0`, 1: reason length u16, 3: reason UTF-8 | last, when the server cut the client off |
 //!
 //! All integers are little-endian. A connection ends with a cut-off record
@@ -28,7 +28,7 @@
 //! stopped. Any other [`Event::Overrun`] means the server's own input queue
 //! lost events.
 //!
-//! [`publish::channel`]: gapless::publish::channel
+//! [`publish::channel`]: crate::publish::channel
 
 pub mod jsonl;
 pub mod pcap;
