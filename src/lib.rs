@@ -16,6 +16,7 @@ pub mod capture;
 pub mod config;
 pub mod daemon;
 pub mod io;
+pub mod log;
 pub mod metrics;
 pub mod protocol;
 pub mod publish;

@@ -269,3 +269,75 @@ fn systemd_unit_verifies() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn run_with_the_demo_config_delivers_both_venues() {
+    use gapless::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle};
+    let dir = temp_dir("demo-config");
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 0, 1), 31001);
+    let mut cfg = MoldSimConfig::new(group);
+    cfg.count = 20_000;
+    cfg.rate = Some(20_000.0);
+    cfg.start_delay = Duration::from_millis(800);
+    cfg.rerequest_port = 31002;
+    cfg.snapshot_port = 31003;
+    cfg.username = "demo".into();
+    cfg.password = "demo".into();
+    cfg.faults = FaultConfig {
+        seed: 2,
+        loss: 0.01,
+        ..FaultConfig::default()
+    };
+    let mut mold = MoldSim::start(cfg).unwrap();
+    let mut bcfg = BinanceSimConfig::generated(&["btcusdt", "ethusdt"], BookStyle::Spot, 50.0);
+    bcfg.ws_port = 31010;
+    bcfg.http_port = 31011;
+    let binance = BinanceSim::start(bcfg).unwrap();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.toml");
+
+    let notify_path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut daemon = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .current_dir(&dir)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).expect("READY=1");
+    assert_eq!(&buf[..n], b"READY=1");
+    mold.wait(Duration::from_secs(30)).unwrap();
+    let body = http_get(9464, "/metrics");
+    for venue in ["demo-mold", "demo-binance"] {
+        assert!(
+            body.contains(&format!(
+                "gapless_frames_delivered_total{{venue=\"{venue}\""
+            )),
+            "no series for {venue}"
+        );
+    }
+    let status = sigterm(&mut daemon);
+    assert!(status.success());
+    drop(binance);
+    drop(mold);
+    let text = std::fs::read_to_string(dir.join("target/demo/demo.jsonl")).unwrap();
+    let (mut mold_messages, mut binance_frames) = (0, 0);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("complete JSON line");
+        if v["venue"] == "demo-mold" && v["seq"].is_u64() {
+            mold_messages += 1;
+        }
+        if v["venue"] == "demo-binance" && v["first"].is_u64() {
+            binance_frames += 1;
+        }
+    }
+    assert_eq!(mold_messages, 20_000);
+    assert!(binance_frames > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

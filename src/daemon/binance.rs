@@ -161,7 +161,7 @@ impl BinanceVenue {
                 Ok(ws) => self.ws = Some(ws),
                 Err(e) => {
                     self.stats.connect_errors += 1;
-                    eprintln!("warn: {}: connect to {}: {e}", self.name, self.url);
+                    crate::log_warn!("{}: connect to {}: {e}", self.name, self.url);
                     let delay =
                         u64::try_from(self.backoff.next_delay().as_nanos()).unwrap_or(u64::MAX);
                     self.reconnect_at = Some(now.saturating_add(delay));
@@ -178,7 +178,7 @@ impl BinanceVenue {
                 ReconnectReason::MaxAge => "connection age",
                 ReconnectReason::Silence => "silence",
             };
-            eprintln!("info: {}: reconnecting ({why})", self.name);
+            crate::log_info!("{}: reconnecting ({why})", self.name);
             if let Some(ws) = self.ws.as_mut() {
                 let _ = ws.close();
             }

@@ -190,7 +190,7 @@ impl Daemon {
             base = base.saturating_add(count);
         }
         for w in &warnings {
-            eprintln!("warn: {w}");
+            crate::log_warn!("{w}");
         }
 
         let registry = Arc::new(Registry::new());
@@ -513,7 +513,7 @@ impl Running {
         if let Some(pcap) = self.pcap.take() {
             let files = pcap.stop();
             for f in files {
-                eprintln!("info: recorded {}", f.display());
+                crate::log_info!("recorded {}", f.display());
             }
         }
         if let Some(exporter) = self.exporter.take() {

@@ -434,7 +434,7 @@ impl RxLoop {
                 SnapshotReply::Message(m) => SnapshotEvent::Message(m),
                 SnapshotReply::End { next } => SnapshotEvent::End { next: *next },
                 SnapshotReply::Failed(reason) => {
-                    eprintln!("warn: {}: snapshot failed: {reason}", venue.name);
+                    crate::log_warn!("{}: snapshot failed: {reason}", venue.name);
                     SnapshotEvent::Failed
                 }
             };

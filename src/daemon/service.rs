@@ -59,6 +59,7 @@ pub fn wait_for_stop_signal(timeout: Duration) -> bool {
 /// SIGINT or after `duration`. Call [`block_stop_signals`] first, before any thread
 /// starts.
 pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummary, DaemonError> {
+    crate::log::set_level(config.daemon.log_level);
     let running = Daemon::new(config).start()?;
     notify("READY=1");
     let clock = Instant::now();
@@ -75,17 +76,17 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
         .ok()
     });
     if let Some(addr) = running.metrics_addr() {
-        eprintln!("info: metrics on http://{addr}/metrics");
+        crate::log_info!("metrics on http://{addr}/metrics");
     }
     let started = Instant::now();
     let mut last_status = Instant::now();
     loop {
         if wait_for_stop_signal(Duration::from_millis(200)) {
-            eprintln!("info: stopping on signal");
+            crate::log_info!("stopping on signal");
             break;
         }
         if running.is_finished() {
-            eprintln!("error: the rx loop ended on its own");
+            crate::log_error!("the rx loop ended on its own");
             break;
         }
         if options.duration.is_some_and(|d| started.elapsed() >= d) {
