@@ -190,4 +190,83 @@ fn main() {
     criterion.final_summary();
 
     timing_table(&corpus);
+    whole_path();
+}
+
+/// Frames a second through the whole Binance path, from bytes to the consumer: a
+/// generated spot capture (one symbol, 200,000 events) replayed through the Binance
+/// session (scan, sync rules, sequencer) into a consumer queue that a reader drains.
+fn whole_path() {
+    use gapless::daemon::fanout::Fanout;
+    use gapless::publish;
+    use gapless::replay_binance::write_generated_capture;
+    use gapless::venue::binance::{BinanceSession, BinanceSpec, Market, SnapshotResult};
+
+    let mut capture = Vec::new();
+    if write_generated_capture(&mut capture, Market::Spot, &["btcusdt"], 200_000, &[]).is_err() {
+        println!("skipping the whole-path figure: the generator failed");
+        return;
+    }
+    let text = String::from_utf8_lossy(&capture).into_owned();
+    let mut frames: Vec<&str> = Vec::new();
+    let mut snapshot: Option<&str> = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (_, kind, rest) = (parts.next(), parts.next(), parts.next().unwrap_or(""));
+        match kind {
+            Some("ws") => frames.push(rest),
+            Some("rest") if snapshot.is_none() => {
+                snapshot = rest.split_once(' ').map(|(_, body)| body)
+            }
+            _ => {}
+        }
+    }
+    let Some(snapshot) = snapshot else {
+        println!("skipping the whole-path figure: no snapshot in the capture");
+        return;
+    };
+    let mut samples = Vec::new();
+    let mut delivered = 0u64;
+    for _ in 0..7 {
+        let Ok(mut session) =
+            BinanceSession::new(BinanceSpec::new(Market::Spot, vec!["btcusdt".into()]))
+        else {
+            return;
+        };
+        let (producer, mut consumer) = publish::channel(8 << 20, 1);
+        let mut fanout = Fanout::new(vec![producer]);
+        session.on_connected(1);
+        let start = std::time::Instant::now();
+        let mut snapshot_sent = false;
+        for (i, frame) in frames.iter().enumerate() {
+            let now = 2 + i as u64;
+            session.on_text(now, now, frame.as_bytes(), &mut fanout);
+            if !snapshot_sent && let Some(request) = session.poll_snapshot(now) {
+                session.on_snapshot(
+                    now,
+                    request.symbol,
+                    SnapshotResult::Body(snapshot.as_bytes()),
+                    &mut fanout,
+                );
+                snapshot_sent = true;
+            }
+            if i % 1024 == 0 {
+                while consumer.pop(|_| ()).is_some() {}
+            }
+        }
+        while consumer.pop(|_| ()).is_some() {}
+        samples.push(start.elapsed().as_secs_f64());
+        delivered = fanout.delivered;
+    }
+    samples.sort_by(f64::total_cmp);
+    let secs = samples[samples.len() / 2];
+    println!();
+    println!(
+        "| whole Binance path (bytes to consumer queue, one symbol) | frames | seconds | frames/s |"
+    );
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| scan + spot sync rules + sequencer + hand-off | {delivered} | {secs:.4} | {:.0} |",
+        delivered as f64 / secs
+    );
 }
