@@ -319,9 +319,11 @@ fn dead_rerequest_server_falls_back_to_the_snapshot() {
 fn session_restart_then_end_of_session() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 61, 3), 46103);
+    // No injected loss here: the restart is unannounced and the re-request server forgets
+    // the old session with it, so a loss just before the restart could never be recovered
+    // (the loss paths have their own tests).
     let faults = FaultConfig {
         seed: 3,
-        loss: 0.01,
         restart_after: Some(20_000),
         ..FaultConfig::default()
     };

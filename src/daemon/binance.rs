@@ -93,6 +93,11 @@ impl BinanceVenue {
         self.stats
     }
 
+    /// REST request weight spent in the last minute (the venue's budget unit).
+    pub fn weight_used(&self) -> u32 {
+        self.session.weight_used_last_minute()
+    }
+
     /// The poll token of this venue's socket.
     pub fn token(&self) -> Token {
         self.token
@@ -195,6 +200,13 @@ impl BinanceVenue {
             self.next_id += 1;
             if self.fetcher.request(id, &request.path_and_query).is_ok() {
                 self.inflight.push((id, request.symbol));
+                crate::log_info!(
+                    "{}: snapshot {} (weight {}; {} used in the last minute)",
+                    self.name,
+                    request.path_and_query,
+                    request.weight,
+                    self.session.weight_used_last_minute()
+                );
             } else {
                 self.stats.fetch_queue_full += 1;
                 self.session

@@ -193,7 +193,20 @@ impl<S: Read + Write> MaybeTls<S> {
         if !endpoint.is_tls() {
             return Ok(Self::Plain(socket));
         }
-        let connection = ClientConnection::new(client_config()?, server_name(&endpoint.host)?)?;
+        Self::with_config(socket, endpoint, client_config()?)
+    }
+
+    /// Like [`MaybeTls::new`], verifying the server with `config` (a private CA, say)
+    /// instead of the public roots.
+    pub fn with_config(
+        socket: S,
+        endpoint: &Endpoint,
+        config: Arc<ClientConfig>,
+    ) -> Result<Self, TlsError> {
+        if !endpoint.is_tls() {
+            return Ok(Self::Plain(socket));
+        }
+        let connection = ClientConnection::new(config, server_name(&endpoint.host)?)?;
         Ok(Self::Tls(Box::new(StreamOwned::new(connection, socket))))
     }
 

@@ -30,6 +30,7 @@
 
 use std::io::{self, ErrorKind};
 use std::mem;
+use std::sync::Arc;
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -132,6 +133,17 @@ impl WsClient {
     /// Name resolution uses the system resolver and may block; a literal
     /// address does not.
     pub fn connect(url: &str, registry: &Registry, token: Token) -> Result<Self, WsError> {
+        Self::connect_with(url, registry, token, None)
+    }
+
+    /// Like [`WsClient::connect`]; for `wss://`, `tls` (when given) verifies the server
+    /// instead of the public roots, for a venue behind a private CA.
+    pub fn connect_with(
+        url: &str,
+        registry: &Registry,
+        token: Token,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, WsError> {
         let endpoint = Endpoint::parse(url)?;
         if !matches!(endpoint.scheme, Scheme::Ws | Scheme::Wss) {
             return Err(WsError::NotWebSocket(url.to_owned()));
@@ -151,7 +163,10 @@ impl WsClient {
         registry
             .register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)
             .map_err(connect_error)?;
-        let stream = MaybeTls::new(socket, &endpoint)?;
+        let stream = match tls {
+            Some(config) => MaybeTls::with_config(socket, &endpoint, config)?,
+            None => MaybeTls::new(socket, &endpoint)?,
+        };
         Ok(Self {
             state: State::Connecting(stream),
             url: url.to_owned(),
