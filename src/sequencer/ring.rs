@@ -129,13 +129,30 @@ impl<P> SlotRing<P> {
         if self.len == 0 || end <= from {
             return None;
         }
+        self.scan(from, end, false)
+    }
+
+    /// The smallest sequence in `[from, end)` whose slot is empty, where
+    /// `end - from <= capacity`; `end` when every slot in the span is taken. Skips a run
+    /// of buffered frames a word (64 slots) at a time.
+    pub(crate) fn next_vacant(&self, from: u64, end: u64) -> u64 {
+        if self.len == 0 || end <= from {
+            return from;
+        }
+        self.scan(from, end, true)
+            .unwrap_or(from + (end - from).min(self.capacity()))
+    }
+
+    /// The first position in `[from, end)` (at most one window) whose occupancy bit is
+    /// set, or clear when `vacant`; a bitmap word at a time.
+    fn scan(&self, from: u64, end: u64, vacant: bool) -> Option<u64> {
         let span = (end - from).min(self.capacity());
         let mut offset = 0u64;
         while offset < span {
             let index = self.index(from + offset);
-            let word_index = index / 64;
             let bit = index % 64;
-            let word = self.bits.get(word_index).copied().unwrap_or(0) >> bit;
+            let raw = self.bits.get(index / 64).copied().unwrap_or(0);
+            let word = if vacant { !raw } else { raw } >> bit;
             // Bits available in this word from `bit` on: not past the word, not past the
             // last slot (a ring smaller than 64 slots uses only part of its one word), and
             // not past the span.
@@ -153,35 +170,6 @@ impl<P> SlotRing<P> {
             offset += avail;
         }
         None
-    }
-
-    /// The smallest sequence in `[from, end)` whose slot is empty, where
-    /// `end - from <= capacity`; `end` when every slot in the span is taken. Skips a run
-    /// of buffered frames a word (64 slots) at a time.
-    pub(crate) fn next_vacant(&self, from: u64, end: u64) -> u64 {
-        if self.len == 0 || end <= from {
-            return from;
-        }
-        let span = (end - from).min(self.capacity());
-        let mut offset = 0u64;
-        while offset < span {
-            let index = self.index(from + offset);
-            let bit = index % 64;
-            let word = !self.bits.get(index / 64).copied().unwrap_or(0) >> bit;
-            let avail = ((64 - bit) as u64)
-                .min(self.capacity() - index as u64)
-                .min(span - offset);
-            let masked = if avail >= 64 {
-                word
-            } else {
-                word & ((1u64 << avail) - 1)
-            };
-            if masked != 0 {
-                return from + offset + u64::from(masked.trailing_zeros());
-            }
-            offset += avail;
-        }
-        from + span
     }
 
     /// Removes every frame whose first sequence lies in `[from, end)`, passing each to
