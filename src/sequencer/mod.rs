@@ -307,7 +307,7 @@ pub struct Outcome {
     /// The classification.
     pub disposition: Disposition,
     /// How many frames were pushed to the output vector.
-    pub delivered: usize,
+    pub delivered: u32,
     /// True when this input opened a newer epoch and reset the stream first.
     pub epoch_reset: bool,
     /// The hole this input newly revealed, if any (it may since have been partly filled).
@@ -315,7 +315,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    const fn with(disposition: Disposition, delivered: usize) -> Self {
+    const fn with(disposition: Disposition, delivered: u32) -> Self {
         Self {
             disposition,
             delivered,

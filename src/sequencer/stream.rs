@@ -328,7 +328,8 @@ impl<P> Stream<P> {
             } else {
                 Disposition::Processed
             };
-            return Outcome::with(disposition, out.len() - before);
+            let delivered = u32::try_from(out.len() - before).unwrap_or(u32::MAX);
+            return Outcome::with(disposition, delivered);
         }
         if let (Sequencing::LinkedRange, Some(prev), Some(last)) =
             (self.cfg.sequencing, frame.prev, self.last_delivered)
