@@ -422,7 +422,7 @@ impl<P> Detector<P> {
     /// Offers a live frame of `epoch`. Deliverable frames are pushed onto `out` in order
     /// (this one plus any buffered successors it unblocked); `out` is never cleared, so a
     /// caller that reuses it allocates nothing in steady state.
-    #[inline]
+    #[inline(always)]
     pub fn ingest(
         &mut self,
         stream: StreamId,

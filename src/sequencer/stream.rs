@@ -150,7 +150,7 @@ impl<P> Stream<P> {
 
     /// Ingests a live frame. The in-order case on a synced stream is the short path at
     /// the top: one comparison chain, one push.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ingest(
         &mut self,
         epoch: u64,
@@ -228,9 +228,8 @@ impl<P> Stream<P> {
         self.ingest_slow(epoch, frame, out, true)
     }
 
-    // Kept out of line and marked cold so the short path above stays a handful of
-    // register operations (measured: the frame was otherwise spilled to the stack first).
-    #[cold]
+    // Kept out of line so the short path above stays a handful of register operations
+    // (measured: the frame was otherwise spilled to the stack first).
     #[inline(never)]
     fn ingest_slow(
         &mut self,
