@@ -174,10 +174,14 @@ fn run_ring(arrivals: &[Arrival], walk: bool) -> u64 {
     let mut delivered = 0u64;
     let mut missing = 0u64;
     for a in arrivals {
-        let frame = Frame::point(a.seq, a.seq);
         if a.backfill {
-            let _ = detector.backfill(s, 0, frame, &mut out);
-        } else if detector.ingest(s, 0, frame, &mut out).new_gap.is_some() && walk {
+            let _ = detector.backfill(s, 0, Frame::point(a.seq, a.seq), &mut out);
+        } else if detector
+            .ingest(s, 0, Frame::point(a.seq, a.seq), &mut out)
+            .new_gap
+            .is_some()
+            && walk
+        {
             missing = detector.missing(s).map(|r| r.len()).sum();
         }
         delivered += out.len() as u64;

@@ -98,10 +98,17 @@ impl<P> SlotRing<P> {
     /// Removes and returns the frame starting at `seq`, if held.
     #[inline]
     pub(crate) fn take(&mut self, seq: u64) -> Option<Frame<P>> {
-        if !self.contains(seq) {
+        let index = self.index(seq);
+        let slot = self.slots.get_mut(index)?;
+        if slot.as_ref().is_none_or(|f| f.first != seq) {
             return None;
         }
-        self.take_index(self.index(seq))
+        let frame = slot.take()?;
+        if let Some(word) = self.bits.get_mut(index / 64) {
+            *word &= !(1u64 << (index % 64));
+        }
+        self.len -= 1;
+        Some(frame)
     }
 
     fn take_index(&mut self, index: usize) -> Option<Frame<P>> {

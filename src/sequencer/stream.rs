@@ -215,7 +215,13 @@ impl<P> Stream<P> {
             self.counters.buffered_hwm = self.counters.buffered_hwm.max(self.ring.len());
             return outcome;
         }
-        self.ingest_slow(epoch, frame, out, false)
+        let Frame {
+            first,
+            last,
+            prev,
+            payload,
+        } = frame;
+        self.ingest_slow(epoch, first, last, prev, payload, out, false)
     }
 
     /// Ingests a retransmitted frame; the caller has checked the state.
@@ -225,19 +231,38 @@ impl<P> Stream<P> {
         frame: Frame<P>,
         out: &mut Vec<Delivered<P>>,
     ) -> Outcome {
-        self.ingest_slow(epoch, frame, out, true)
+        let Frame {
+            first,
+            last,
+            prev,
+            payload,
+        } = frame;
+        self.ingest_slow(epoch, first, last, prev, payload, out, true)
     }
 
     // Kept out of line so the short path above stays a handful of register operations
     // (measured: the frame was otherwise spilled to the stack first).
     #[inline(never)]
+    // The frame arrives as its fields, in registers, so the short path never has to
+    // write it to memory first (measured: that store cost about a tenth of the in-order
+    // time).
+    #[allow(clippy::too_many_arguments)]
     fn ingest_slow(
         &mut self,
         epoch: u64,
-        frame: Frame<P>,
+        first: u64,
+        last: u64,
+        prev: Option<u64>,
+        payload: P,
         out: &mut Vec<Delivered<P>>,
         backfill: bool,
     ) -> Outcome {
+        let frame = Frame {
+            first,
+            last,
+            prev,
+            payload,
+        };
         let outcome = self.classify(epoch, frame, out, backfill);
         self.refresh();
         outcome
@@ -515,8 +540,17 @@ impl<P> Stream<P> {
         // resync) can jump over buffered frames.
         let scan = jumped || self.cfg.sequencing != Sequencing::Point;
         if !scan {
+            // Point frames: as on the short path, neither `last_delivered` (linked ranges
+            // only) nor `horizon` (allowed to lag `expected`) needs touching.
             while let Some(frame) = self.ring.take(self.expected) {
-                self.deliver(frame, out);
+                self.expected += 1;
+                self.counters.delivered += 1;
+                out.push(Delivered {
+                    first: frame.first,
+                    last: frame.first,
+                    fresh_from: frame.first,
+                    payload: frame.payload,
+                });
             }
             return;
         }
