@@ -80,6 +80,7 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
     }
     let started = Instant::now();
     let mut last_status = Instant::now();
+    let mut status = StatusLines::default();
     loop {
         if wait_for_stop_signal(Duration::from_millis(200)) {
             crate::log_info!("stopping on signal");
@@ -96,7 +97,7 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
             && last_status.elapsed() >= every
         {
             last_status = Instant::now();
-            for line in status_lines(&running.views(), every) {
+            for line in status.render(&running.views(), every) {
                 eprintln!("{line}");
             }
         }
@@ -111,38 +112,41 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
     summary
 }
 
-/// One line per stream: state, messages/s since the last line, gaps, recovered, resyncs.
-pub fn status_lines(views: &[StreamView], interval: Duration) -> Vec<String> {
-    static LAST: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
-    let mut last = LAST.lock().map(|g| g.clone()).unwrap_or_default();
-    last.resize(views.len(), 0);
-    let secs = interval.as_secs_f64().max(0.001);
-    let lines = views
-        .iter()
-        .zip(last.iter_mut())
-        .map(|(v, prev)| {
-            let s = &v.stats;
-            let delivered = s.sequencer.delivered;
-            let rate = (delivered.saturating_sub(*prev)) as f64 / secs;
-            *prev = delivered;
-            format!(
-                "{}/{}: {:<18} {:>10.0} msg/s  delivered {:>9}  gaps {:>5}  missing {:>6}  recovered {:>7}  resyncs {:>3}",
-                v.venue,
-                v.stream,
-                v.state.as_str(),
-                rate,
-                delivered,
-                s.sequencer.gaps,
-                s.sequencer.missing,
-                s.recovered,
-                s.snapshots_done
-            )
-        })
-        .collect();
-    if let Ok(mut g) = LAST.lock() {
-        *g = last;
+/// Status lines, one per stream: state, messages/s since the previous line, delivered,
+/// gaps, missing, recovered, resyncs.
+#[derive(Debug, Default)]
+pub struct StatusLines {
+    last: Vec<u64>,
+}
+
+impl StatusLines {
+    /// The lines for `views`, `interval` after the previous call.
+    pub fn render(&mut self, views: &[StreamView], interval: Duration) -> Vec<String> {
+        self.last.resize(views.len(), 0);
+        let secs = interval.as_secs_f64().max(0.001);
+        views
+            .iter()
+            .zip(self.last.iter_mut())
+            .map(|(v, prev)| {
+                let s = &v.stats;
+                let delivered = s.sequencer.delivered;
+                let rate = (delivered.saturating_sub(*prev)) as f64 / secs;
+                *prev = delivered;
+                format!(
+                    "{}/{}: {:<18} {:>10.0} msg/s  delivered {:>9}  gaps {:>5}  missing {:>6}  recovered {:>7}  resyncs {:>3}",
+                    v.venue,
+                    v.stream,
+                    v.state.as_str(),
+                    rate,
+                    delivered,
+                    s.sequencer.gaps,
+                    s.sequencer.missing,
+                    s.recovered,
+                    s.snapshots_done
+                )
+            })
+            .collect()
     }
-    lines
 }
 
 /// The end-of-run summary as text.

@@ -568,7 +568,7 @@ impl FeedSession {
                 if c.spec.snapshot.is_some() {
                     c.phase = Phase::Wanted;
                 } else if self.spec.gap_policy == GapPolicy::Skip {
-                    self.skip(now, channel, emit);
+                    self.skip(channel, emit);
                 }
                 return;
             }
@@ -619,14 +619,14 @@ impl FeedSession {
             if snapshot {
                 c.phase = Phase::Wanted;
             } else if self.spec.gap_policy == GapPolicy::Skip {
-                self.skip(now, channel, emit);
+                self.skip(channel, emit);
             }
             // GapPolicy::Hold: the stream stays unsynced, and its state says so.
         }
     }
 
     /// Declares every missing range lost: a gap event each, then delivery resumes after it.
-    fn skip(&mut self, now: u64, channel: usize, emit: &mut impl Emit) {
+    fn skip(&mut self, channel: usize, emit: &mut impl Emit) {
         let stream_id = self.stream_id(channel);
         // Each pass removes the first missing range; the ring bounds the passes.
         for _ in 0..=self.spec.window {
@@ -663,7 +663,6 @@ impl FeedSession {
             c.requester.clear();
         }
         self.publish_state(channel, emit);
-        let _ = now;
     }
 
     /// Runs whatever became due by `now`.
@@ -804,11 +803,12 @@ impl FeedSession {
     /// End of input (replay): nothing more will arrive, so with [`GapPolicy::Skip`] every
     /// remaining gap is declared lost and what is buffered after it is delivered.
     pub fn finish(&mut self, now: u64, emit: &mut impl Emit) {
+        self.handle_timeout(now, emit);
         if self.spec.gap_policy != GapPolicy::Skip {
             return;
         }
         for channel in 0..self.channels.len() {
-            self.skip(now, channel, emit);
+            self.skip(channel, emit);
         }
     }
 }
