@@ -165,16 +165,7 @@ impl<P> Stream<P> {
             && frame.last == frame.first
             && frame.first != u64::MAX
         {
-            // `horizon` may lag behind `expected`: every reader compares it with
-            // `expected` or above. `last_delivered` only matters to linked ranges.
-            self.expected += 1;
-            self.counters.delivered += 1;
-            out.push(Delivered {
-                first: frame.first,
-                last: frame.first,
-                fresh_from: frame.first,
-                payload: frame.payload,
-            });
+            self.deliver_point(frame, out);
             return Outcome::with(Disposition::Processed, 1);
         }
         if self.state == StreamState::Synced
@@ -515,6 +506,21 @@ impl<P> Stream<P> {
         gap
     }
 
+    /// Delivers the point frame at `expected`. Neither `last_delivered` (linked ranges
+    /// only) nor `horizon` (allowed to lag `expected`: every reader compares it with
+    /// `expected` or above) needs touching.
+    #[inline(always)]
+    fn deliver_point(&mut self, frame: Frame<P>, out: &mut Vec<Delivered<P>>) {
+        self.expected += 1;
+        self.counters.delivered += 1;
+        out.push(Delivered {
+            first: frame.first,
+            last: frame.first,
+            fresh_from: frame.first,
+            payload: frame.payload,
+        });
+    }
+
     #[inline]
     fn deliver(&mut self, frame: Frame<P>, out: &mut Vec<Delivered<P>>) {
         let fresh_from = frame.first.max(self.expected);
@@ -540,17 +546,8 @@ impl<P> Stream<P> {
         // resync) can jump over buffered frames.
         let scan = jumped || self.cfg.sequencing != Sequencing::Point;
         if !scan {
-            // Point frames: as on the short path, neither `last_delivered` (linked ranges
-            // only) nor `horizon` (allowed to lag `expected`) needs touching.
             while let Some(frame) = self.ring.take(self.expected) {
-                self.expected += 1;
-                self.counters.delivered += 1;
-                out.push(Delivered {
-                    first: frame.first,
-                    last: frame.first,
-                    fresh_from: frame.first,
-                    payload: frame.payload,
-                });
+                self.deliver_point(frame, out);
             }
             return;
         }
