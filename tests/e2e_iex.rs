@@ -3,16 +3,16 @@
 //! stream unsynced and says so, and a new session id is a new epoch.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, UdpVenue};
 use gapless::io::idle::IdleStrategy;
-use gapless::io::socket::{MulticastSpec, open_multicast_sender};
+use gapless::io::socket::open_multicast_sender;
 use gapless::protocol::iex_tp::{self, Header};
-use gapless::publish::{self, Consumer, Event, StreamState};
-use gapless::venue::{ChannelSpec, FeedSpec, Wire};
+use gapless::publish::{Consumer, Event, StreamState};
+use gapless::venue::Wire;
+
+#[path = "common/udp.rs"]
+mod udp;
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 67, 1), 46701);
 
@@ -69,53 +69,27 @@ fn read_until(
 
 #[test]
 fn iex_tp_live_in_order_gap_held_and_new_session() {
-    let channel = ChannelSpec {
-        name: "tops".into(),
-        session: None,
-        rerequest: Vec::new(),
-        snapshot: None,
-    };
-    let mut spec = FeedSpec::new(Wire::IexTp, vec![channel]);
-    spec.start_from = Some(1);
-    let address = ChannelAddress {
-        multicast: MulticastSpec {
-            group: GROUP,
-            interface: Ipv4Addr::LOCALHOST,
-            source: None,
-            rcvbuf: 1 << 20,
-        },
-    };
-    let (venue, _) = UdpVenue::open("iex", spec, &[address]).unwrap();
-    let (producer, mut consumer) = publish::channel(8 << 20, 1);
-    let shared = RxShared::default();
-    let options = RxOptions {
-        idle: IdleStrategy::Block,
-        ..RxOptions::default()
-    };
-    let rx = RxLoop::new(
-        vec![venue],
-        Vec::new(),
-        Fanout::new(vec![producer]),
-        options,
-        shared.clone(),
-    )
-    .unwrap();
-    let rx = std::thread::spawn(move || rx.run());
+    let mut handler = udp::start(
+        udp::spec(Wire::IexTp, None),
+        GROUP,
+        IdleStrategy::Block,
+        8 << 20,
+        None,
+    );
+    let consumer = &mut handler.consumer;
     let sender = open_multicast_sender(Ipv4Addr::LOCALHOST, 0).unwrap();
 
     // In order: 1..=300 in segments of 3.
     for seq in (1..=300).step_by(3) {
         sender.send_to(&segment(7, seq, 3), GROUP).unwrap();
     }
-    let (messages, _) = read_until(&mut consumer, Duration::from_secs(10), |m, _| {
-        m.len() >= 300
-    });
+    let (messages, _) = read_until(consumer, Duration::from_secs(10), |m, _| m.len() >= 300);
     assert_eq!(messages, (1..=300).map(|s| (0, s)).collect::<Vec<_>>());
 
     // A lost segment: no retransmission here, so the stream is held unsynced and says so;
     // nothing after the gap is delivered as if continuous.
     sender.send_to(&segment(7, 304, 3), GROUP).unwrap();
-    let (after_gap, states) = read_until(&mut consumer, Duration::from_secs(2), |_, s| {
+    let (after_gap, states) = read_until(consumer, Duration::from_secs(2), |_, s| {
         s.contains(&StreamState::DirtySyncPending)
     });
     assert!(
@@ -128,8 +102,7 @@ fn iex_tp_live_in_order_gap_held_and_new_session() {
     for seq in (1..=30).step_by(3) {
         sender.send_to(&segment(8, seq, 3), GROUP).unwrap();
     }
-    let (new_session, states) =
-        read_until(&mut consumer, Duration::from_secs(10), |m, _| m.len() >= 30);
+    let (new_session, states) = read_until(consumer, Duration::from_secs(10), |m, _| m.len() >= 30);
     assert!(
         states.contains(&StreamState::Unseen),
         "the restart is announced"
@@ -139,8 +112,7 @@ fn iex_tp_live_in_order_gap_held_and_new_session() {
         (1..=30).collect::<Vec<_>>()
     );
 
-    shared.stop.store(true, Ordering::Relaxed);
-    let result = rx.join().unwrap().unwrap();
+    let result = handler.stop();
     let stats = result.venues[0].session().stats(0);
     assert_eq!(stats.new_sessions, 1);
     assert_eq!(stats.sequencer.gaps, 1, "the gap was counted");

@@ -2,20 +2,19 @@
 //! re-request) opens in tshark with the MoldUDP64 dissector and no malformed frame, and
 //! replays to exactly the messages the consumer received live.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use gapless::capture::CaptureReader;
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, UdpVenue};
 use gapless::io::idle::IdleStrategy;
-use gapless::io::socket::MulticastSpec;
-use gapless::publish::{self, Event, StreamState};
+use gapless::publish::{Event, StreamState};
 use gapless::replay::{ReplayOptions, replay_reader};
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
-use gapless::venue::{ChannelSpec, FeedSpec, Wire};
+use gapless::venue::Wire;
+
+#[path = "common/udp.rs"]
+mod udp;
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 66, 1), 46601);
 
@@ -41,41 +40,10 @@ fn recorded_capture_replays_to_what_was_received_live() {
         ..FaultConfig::default()
     };
     let sim = MoldSim::start(cfg).unwrap();
-    let channel = ChannelSpec {
-        name: "a".into(),
-        session: None,
-        rerequest: vec![SocketAddr::V4(sim.rerequest_addr())],
-        snapshot: None,
-    };
-    let mut spec = FeedSpec::new(Wire::MoldUdp64, vec![channel]);
-    spec.start_from = Some(1);
-    let address = ChannelAddress {
-        multicast: MulticastSpec {
-            group: GROUP,
-            interface: Ipv4Addr::LOCALHOST,
-            source: None,
-            rcvbuf: 4 << 20,
-        },
-    };
-    let (venue, _) = UdpVenue::open("sim", spec, &[address]).unwrap();
-    let (producer, mut consumer) = publish::channel(32 << 20, 1);
     let (tap, recorder) = gapless::publish::sinks::pcap::start(&path, 1 << 30, 16 << 20).unwrap();
-    let shared = RxShared::default();
-    let options = RxOptions {
-        idle: IdleStrategy::Yield,
-        ..RxOptions::default()
-    };
-    let rx = RxLoop::new(
-        vec![venue],
-        Vec::new(),
-        Fanout::new(vec![producer]),
-        options,
-        shared.clone(),
-    )
-    .unwrap()
-    .with_recorder(tap);
-    let rx = std::thread::spawn(move || rx.run());
-
+    let spec = udp::spec(Wire::MoldUdp64, Some(sim.rerequest_addr()));
+    let mut handler = udp::start(spec, GROUP, IdleStrategy::Yield, 32 << 20, Some(tap));
+    let consumer = &mut handler.consumer;
     let mut live = Vec::new();
     let mut closed = false;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -97,8 +65,7 @@ fn recorded_capture_replays_to_what_was_received_live() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    shared.stop.store(true, Ordering::Relaxed);
-    let result = rx.join().unwrap().unwrap();
+    let result = handler.stop();
     let recovered = result.venues[0].session().stats(0).recovered;
     drop(result);
     let files = recorder.stop();

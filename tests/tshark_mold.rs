@@ -3,18 +3,17 @@
 //! frame and no expert error. Skips with a reason where tshark is absent or cannot capture.
 
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, UdpVenue};
 use gapless::io::idle::IdleStrategy;
-use gapless::io::socket::MulticastSpec;
-use gapless::publish::{self, Event, StreamState};
+use gapless::publish::{Event, StreamState};
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
-use gapless::venue::{ChannelSpec, FeedSpec, Wire};
+use gapless::venue::Wire;
+
+#[path = "common/udp.rs"]
+mod udp;
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 62, 1), 46201);
 const REREQUEST_PORT: u16 = 46202;
@@ -107,38 +106,9 @@ fn simulator_packets_are_valid_moldudp64_to_wireshark() {
         ..FaultConfig::default()
     };
     let sim = MoldSim::start(cfg).expect("simulator");
-    let channel = ChannelSpec {
-        name: "a".into(),
-        session: None,
-        rerequest: vec![SocketAddr::V4(sim.rerequest_addr())],
-        snapshot: None,
-    };
-    let mut spec = FeedSpec::new(Wire::MoldUdp64, vec![channel]);
-    spec.start_from = Some(1);
-    let address = ChannelAddress {
-        multicast: MulticastSpec {
-            group: GROUP,
-            interface: Ipv4Addr::LOCALHOST,
-            source: None,
-            rcvbuf: 4 << 20,
-        },
-    };
-    let (venue, _) = UdpVenue::open("sim", spec, &[address]).expect("join");
-    let (producer, mut consumer) = publish::channel(16 << 20, 1);
-    let shared = RxShared::default();
-    let options = RxOptions {
-        idle: IdleStrategy::Yield,
-        ..RxOptions::default()
-    };
-    let rx = RxLoop::new(
-        vec![venue],
-        Vec::new(),
-        Fanout::new(vec![producer]),
-        options,
-        shared.clone(),
-    )
-    .unwrap();
-    let rx = std::thread::spawn(move || rx.run());
+    let spec = udp::spec(Wire::MoldUdp64, Some(sim.rerequest_addr()));
+    let mut handler = udp::start(spec, GROUP, IdleStrategy::Yield, 16 << 20, None);
+    let consumer = &mut handler.consumer;
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut closed = false;
     let mut delivered = 0u64;
@@ -155,8 +125,7 @@ fn simulator_packets_are_valid_moldudp64_to_wireshark() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    shared.stop.store(true, Ordering::Relaxed);
-    let venues = rx.join().unwrap().unwrap().venues;
+    let venues = handler.stop().venues;
     let answers = venues[0].session().stats(0).answers;
     // SAFETY: sending SIGINT to the child we started; tshark then finishes the file.
     unsafe {
