@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use hdrhistogram::Histogram;
-
 use crate::metrics::StreamMetrics;
 use crate::publish::{Event, Producer, Pushed};
 use crate::venue::Emit;
@@ -16,7 +14,6 @@ pub struct Fanout {
     stream_metrics: Vec<Arc<StreamMetrics>>,
     /// Wall-clock nanoseconds of the current batch, for hand-off latency.
     now_realtime_ns: u64,
-    latency: Option<Histogram<u64>>,
     /// Messages and frames handed off.
     pub delivered: u64,
     /// Events a consumer queue had no room for (each consumer sees an overrun marker).
@@ -24,13 +21,12 @@ pub struct Fanout {
 }
 
 impl Fanout {
-    /// Feeds `producers`; records hand-off latency (1 ns to 60 s, 3 significant digits).
+    /// Feeds `producers`.
     pub fn new(producers: Vec<Producer>) -> Self {
         Self {
             producers,
             stream_metrics: Vec::new(),
             now_realtime_ns: 0,
-            latency: Histogram::new_with_bounds(1, 60_000_000_000, 3).ok(),
             delivered: 0,
             dropped: 0,
         }
@@ -45,11 +41,6 @@ impl Fanout {
     /// Sets the wall-clock time used for the latency of what is handed off next.
     pub fn set_now(&mut self, realtime_ns: u64) {
         self.now_realtime_ns = realtime_ns;
-    }
-
-    /// Hand-off latency so far: kernel receive (or first read) to the consumer queues.
-    pub fn latency(&self) -> Option<&Histogram<u64>> {
-        self.latency.as_ref()
     }
 
     /// Writes pending overrun markers where room allows (call when idle).
@@ -77,9 +68,6 @@ impl Emit for Fanout {
             self.delivered += 1;
             if recv_ns > 0 {
                 let latency = self.now_realtime_ns.saturating_sub(recv_ns).max(1);
-                if let Some(h) = self.latency.as_mut() {
-                    let _ = h.record(latency);
-                }
                 if let Some(m) = self.stream_metrics.get(usize::from(event.stream())) {
                     m.record_handoff(latency);
                 }

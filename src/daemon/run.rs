@@ -103,7 +103,8 @@ pub struct RunSummary {
     pub dropped: u64,
     /// Per stream, at the end.
     pub streams: Vec<StreamView>,
-    /// Hand-off latency percentiles in nanoseconds: p50, p90, p99, p99.9, max.
+    /// Hand-off latency percentiles in nanoseconds (from the metrics' histograms, so
+    /// within their 12.5% bucket width): p50, p90, p99, p99.9, max.
     pub latency_ns: Option<[u64; 5]>,
 }
 
@@ -462,15 +463,10 @@ impl Running {
             delivered: fanout.delivered,
             dropped: fanout.dropped,
             streams: Vec::new(),
-            latency_ns: fanout.latency().filter(|h| !h.is_empty()).map(|h| {
-                [
-                    h.value_at_quantile(0.5),
-                    h.value_at_quantile(0.9),
-                    h.value_at_quantile(0.99),
-                    h.value_at_quantile(0.999),
-                    h.max(),
-                ]
-            }),
+            // The metrics' hand-off histograms are the one record of latency.
+            latency_ns: Some(self.registry.handoff_latency())
+                .filter(|l| l.count > 0)
+                .map(|l| [l.p50, l.p90, l.p99, l.p999, l.max]),
         };
         for venue in &venues {
             for c in 0..venue.session().channel_count() {

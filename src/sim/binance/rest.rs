@@ -101,21 +101,15 @@ fn handle_http(shared: &Shared, mut stream: TcpStream, state: &mut HttpState) {
         .unwrap_or_default()
         .to_ascii_uppercase();
     let feed = lock(&shared.feed);
-    let Some(index) = feed.symbol_index(&symbol.to_ascii_lowercase()) else {
-        drop(feed);
-        return respond(
-            shared,
-            &mut stream,
-            400,
-            "",
-            r#"{"code":-1121,"msg":"Invalid symbol."}"#,
-            state.used_weight,
-        );
-    };
-    let served = state.snapshots.entry(index).or_default();
-    let stale = faults.affects(&symbol) && *served < faults.stale_snapshots;
-    *served += 1;
-    let snapshot = feed.snapshot(index, limit, stale);
+    let mut stale = false;
+    let snapshot = feed
+        .symbol_index(&symbol.to_ascii_lowercase())
+        .and_then(|index| {
+            let served = state.snapshots.entry(index).or_default();
+            stale = faults.affects(&symbol) && *served < faults.stale_snapshots;
+            *served += 1;
+            feed.snapshot(index, limit, stale)
+        });
     drop(feed);
     let Some((last_update_id, body, first_event_u)) = snapshot else {
         return respond(
