@@ -554,3 +554,23 @@ fn iex_tp_heartbeat_and_gap_with_skip() {
     assert_eq!(h.delivered(), [1, 2, 3, 4, 8, 9]);
     assert_eq!(h.feed.session(0), Some(SessionKey::iex(42)));
 }
+
+#[test]
+fn an_overlapping_repack_behind_a_gap_keeps_every_buffered_payload_intact() {
+    // A gap is open (5..=10 lost), 11..=20 wait in the arena, then a repack of 15..=25
+    // arrives: 15..=20 are duplicates of what waits, 21..=25 are new. Its duplicates must
+    // not free the repack's arena slot while 21..=25 are still going into it, or the
+    // next datagrams stored would overwrite their bytes before delivery.
+    let mut h = Harness::new(spec(true, false));
+    let p = h.publish(1, 4);
+    h.datagram(&p, Via::Multicast);
+    let _lost = h.publish(5, 6);
+    for (first, count) in [(11, 10), (15, 11), (26, 5), (31, 5), (36, 5)] {
+        let p = h.publish(first, count);
+        h.datagram(&p, Via::Multicast);
+    }
+    h.run_for(50 * MS);
+    // `delivered` checks every payload against its source.
+    assert_exactly(&h.delivered(), 1, 40);
+    assert_eq!(h.feed.state(0), StreamState::Synced);
+}

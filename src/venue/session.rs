@@ -328,7 +328,7 @@ impl FeedSession {
                     );
                 }
                 if let (Some(slot), Some(c)) = (stored, self.channels.get_mut(channel)) {
-                    c.arena.release_unreferenced(slot);
+                    c.arena.release(slot);
                 }
             }
         }
@@ -416,6 +416,10 @@ impl FeedSession {
                 Some(slot) => slot,
                 None => match c.arena.store(datagram, recv_ns) {
                     Some(slot) => {
+                        // The datagram's own reference, dropped when all its messages are
+                        // done: until then no release (a duplicate among them, a discard)
+                        // can free the slot while later messages still go into it.
+                        c.arena.retain(slot);
                         *stored = Some(slot);
                         slot
                     }
