@@ -73,6 +73,9 @@ pub struct Requester {
     servers_spent: usize,
     budget_used: u32,
     inflight: [Option<Inflight>; MAX_INFLIGHT],
+    /// How many of `inflight` are `Some`: kept so the per-datagram checks do not scan
+    /// the table.
+    inflight_count: usize,
     /// When the first plan for the current gaps is due (reorder delay after the gap).
     first_plan_at: Option<u64>,
     /// When a plan is due because a new gap appeared after the last one.
@@ -94,6 +97,7 @@ impl Requester {
             servers_spent: 0,
             budget_used: 0,
             inflight: [None; MAX_INFLIGHT],
+            inflight_count: 0,
             first_plan_at: None,
             replan_at: None,
             blocked: false,
@@ -112,6 +116,7 @@ impl Requester {
     pub fn clear(&mut self) {
         if self.first_plan_at.is_some() || self.replan_at.is_some() || self.inflight() > 0 {
             self.inflight = [None; MAX_INFLIGHT];
+            self.inflight_count = 0;
             self.first_plan_at = None;
             self.replan_at = None;
             self.blocked = false;
@@ -151,6 +156,7 @@ impl Requester {
         for slot in &mut self.inflight {
             if slot.is_some_and(|f| f.deadline <= now) {
                 *slot = None;
+                self.inflight_count -= 1;
                 self.timeouts += 1;
                 self.budget_used += 1;
             }
@@ -164,6 +170,7 @@ impl Requester {
         for slot in &mut self.inflight {
             if slot.is_some_and(|f| answered.from <= f.range.to && f.range.from <= answered.to) {
                 *slot = None;
+                self.inflight_count -= 1;
             }
         }
     }
@@ -222,6 +229,7 @@ impl Requester {
                     range: chunk,
                     deadline: now.saturating_add(policy.request_timeout_ns),
                 });
+                self.inflight_count += 1;
                 self.tokens_ns -= per_token;
                 let server = self.servers[self.server % self.servers.len()];
                 send(server, chunk);
@@ -255,7 +263,8 @@ impl Requester {
 
     /// Requests in flight now.
     pub fn inflight(&self) -> usize {
-        self.inflight.iter().flatten().count()
+        debug_assert_eq!(self.inflight_count, self.inflight.iter().flatten().count());
+        self.inflight_count
     }
 
     fn covered_to(&self, seq: u64) -> Option<u64> {
