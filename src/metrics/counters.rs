@@ -269,6 +269,11 @@ impl StreamMetrics {
         self.handoff.record(ns);
     }
 
+    /// Records `n` messages handed off together, each after `ns` nanoseconds.
+    pub fn record_handoff_n(&self, ns: u64, n: u64) {
+        self.handoff.record_n(ns, n);
+    }
+
     /// Records how long a snapshot took, in nanoseconds.
     pub fn record_snapshot(&self, ns: u64) {
         self.snapshot.record(ns);

@@ -100,10 +100,18 @@ impl AtomicHistogram {
 
     /// Counts one value of `ns` nanoseconds.
     pub fn record(&self, ns: u64) {
-        if let Some(bucket) = self.buckets.get(bucket_of(ns)) {
-            bucket.fetch_add(1, Ordering::Relaxed);
+        self.record_n(ns, 1);
+    }
+
+    /// Counts `n` values of `ns` nanoseconds each.
+    pub fn record_n(&self, ns: u64, n: u64) {
+        if n == 0 {
+            return;
         }
-        self.sum.fetch_add(ns, Ordering::Relaxed);
+        if let Some(bucket) = self.buckets.get(bucket_of(ns)) {
+            bucket.fetch_add(n, Ordering::Relaxed);
+        }
+        self.sum.fetch_add(ns.saturating_mul(n), Ordering::Relaxed);
         if ns > self.max.load(Ordering::Relaxed) {
             self.max.fetch_max(ns, Ordering::Relaxed);
         }

@@ -13,6 +13,7 @@ use rtrb::chunks::ChunkError;
 
 use crate::publish::event::Event;
 use crate::publish::queue::RECORD_PREFIX_LEN;
+use crate::publish::run::{RUN_HEADER_LEN, RUN_TAG, RunHeader, block_at};
 use crate::publish::stats::{ConsumerCounts, QueueStats, as_u64};
 
 /// The reading end, owned by one consumer.
@@ -22,6 +23,24 @@ pub struct Consumer {
     capacity: usize,
     counts: ConsumerCounts,
     stats: Arc<QueueStats>,
+    /// The run record being lent out, message by message.
+    run: Option<RunCursor>,
+}
+
+/// Where the consumer is inside a run record that is still in the ring.
+#[derive(Debug, Clone, Copy)]
+struct RunCursor {
+    header: RunHeader,
+    /// Length of the whole record, prefix included.
+    record_len: usize,
+    /// Offset of the next block in the record's body.
+    offset: usize,
+    /// Sequence of the next message.
+    next: u64,
+    /// Messages not yet lent.
+    remaining: u32,
+    /// The record wraps the ring's end, so its body is in the scratch buffer.
+    wrapped: bool,
 }
 
 impl Consumer {
@@ -33,16 +52,28 @@ impl Consumer {
             capacity,
             counts: ConsumerCounts::default(),
             stats,
+            run: None,
         }
     }
 
     /// Takes the oldest event and lends it to `f`; `None` when the queue is
     /// empty.
     ///
+    /// A [run](crate::publish::run) record is lent out one
+    /// [`Event::Message`] a call, and leaves the ring with its last message.
     /// A record that does not decode (only possible if memory is corrupted)
     /// is skipped and counted in [`QueueStats::discarded`].
     pub fn pop<R>(&mut self, f: impl FnOnce(Event<'_>) -> R) -> Option<R> {
+        let mut f = f;
         loop {
+            if let Some(run) = self.run {
+                match self.pop_run(run, f) {
+                    Ok(output) => return Some(output),
+                    // The run's record was unreadable and thrown away: go on with the next.
+                    Err(back) => f = back,
+                }
+                continue;
+            }
             let body_len = match self.ring.read_chunk(RECORD_PREFIX_LEN) {
                 Ok(chunk) => {
                     let (head, tail) = chunk.as_slices();
@@ -64,13 +95,28 @@ impl Consumer {
             };
             let record_len = chunk.len();
             let (head, tail) = chunk.as_slices();
-            let decoded =
-                contiguous(head, tail, RECORD_PREFIX_LEN, &mut self.scratch).and_then(|body| {
-                    match Event::decode(body) {
-                        Ok((event, used)) if used == body.len() => Some(event),
-                        _ => None,
-                    }
+            let wrapped = !tail.is_empty();
+            let body = contiguous(head, tail, RECORD_PREFIX_LEN, &mut self.scratch);
+            if let Some(run) = body
+                .filter(|body| body.first() == Some(&RUN_TAG))
+                .and_then(RunHeader::read)
+            {
+                // Leave the record in the ring (a wrapped one stays copied in the scratch
+                // buffer) and lend its messages from the next turn of the loop on.
+                self.run = Some(RunCursor {
+                    header: run,
+                    record_len,
+                    offset: RUN_HEADER_LEN,
+                    next: run.first,
+                    remaining: run.count,
+                    wrapped,
                 });
+                continue;
+            }
+            let decoded = body.and_then(|body| match Event::decode(body) {
+                Ok((event, used)) if used == body.len() => Some(event),
+                _ => None,
+            });
             let Some(event) = decoded else {
                 chunk.commit_all();
                 self.counts.bytes_read += as_u64(record_len);
@@ -87,6 +133,53 @@ impl Consumer {
         }
     }
 
+    /// Lends the next message of the run being read. `Err` hands `f` back when the
+    /// run's record turned out unreadable (it is then discarded).
+    fn pop_run<R, F: FnOnce(Event<'_>) -> R>(&mut self, run: RunCursor, f: F) -> Result<R, F> {
+        let Ok(chunk) = self.ring.read_chunk(run.record_len) else {
+            self.run = None;
+            self.discard_all();
+            return Err(f);
+        };
+        let body = if run.wrapped {
+            self.scratch.get(..run.record_len - RECORD_PREFIX_LEN)
+        } else {
+            chunk.as_slices().0.get(RECORD_PREFIX_LEN..)
+        };
+        let block = body.and_then(|body| block_at(body, run.offset, run.header.lengths));
+        let Some((payload, end)) = block else {
+            chunk.commit_all();
+            self.run = None;
+            self.counts.bytes_read += as_u64(run.record_len);
+            self.counts.discarded += 1;
+            self.stats.store_consumer(&self.counts);
+            return Err(f);
+        };
+        let output = f(Event::Message {
+            stream: run.header.stream,
+            seq: run.next,
+            recv_ns: run.header.recv_ns,
+            snapshot: false,
+            payload,
+        });
+        let remaining = run.remaining - 1;
+        if remaining == 0 {
+            chunk.commit_all();
+            self.counts.bytes_read += as_u64(run.record_len);
+            self.run = None;
+        } else {
+            self.run = Some(RunCursor {
+                offset: end,
+                next: run.next.wrapping_add(1),
+                remaining,
+                ..run
+            });
+        }
+        self.counts.popped += 1;
+        self.stats.store_consumer(&self.counts);
+        Ok(output)
+    }
+
     /// True once the producer is gone. Every record it wrote is then visible
     /// to [`Consumer::pop`], so a consumer drains until `pop` returns `None`
     /// after this returned true.
@@ -99,9 +192,9 @@ impl Consumer {
         abandoned
     }
 
-    /// True when no record is waiting.
+    /// True when no event is waiting.
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.run.is_none() && self.ring.is_empty()
     }
 
     /// Bytes waiting to be read.

@@ -10,6 +10,8 @@
 //! - [`event`]: [`Event`], the borrowed view a consumer reads, and its
 //!   binary encoding (also the unix-socket wire format).
 //! - [`queue`]: [`channel`], [`Producer`] and [`Consumer`].
+//! - [`run`]: [`MessageRun`](run::MessageRun), consecutive messages handed off as
+//!   one record and popped one message at a time.
 //! - [`stats`]: [`QueueStats`], counters a metrics thread reads.
 //!
 //! A consumer thread drains its queue until the producer is gone:
@@ -59,6 +61,7 @@
 pub mod event;
 pub mod jsonl;
 pub mod queue;
+pub mod run;
 pub mod sinks;
 pub mod stats;
 

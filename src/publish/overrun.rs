@@ -67,10 +67,6 @@ impl LossLedger {
     /// A dropped [`Event::Overrun`] hands its range and count on to the
     /// marker that replaces it.
     pub(crate) fn record(&mut self, event: &Event<'_>) -> bool {
-        let stream = event.stream();
-        let Some(loss) = self.losses.get_mut(usize::from(stream)) else {
-            return false;
-        };
         let (low, high, count) = match *event {
             Event::Overrun {
                 from, to, events, ..
@@ -78,6 +74,15 @@ impl LossLedger {
             Event::Range { first, last, .. } => (first.min(last), first.max(last), 1),
             Event::Message { seq, .. } => (seq, seq, 1),
             _ => (u64::MAX, 0, 1),
+        };
+        self.record_span(event.stream(), low, high, count)
+    }
+
+    /// Records that `count` events carrying sequences `low..=high` were
+    /// dropped (a run of messages); false for an unknown stream.
+    pub(crate) fn record_span(&mut self, stream: u16, low: u64, high: u64, count: u64) -> bool {
+        let Some(loss) = self.losses.get_mut(usize::from(stream)) else {
+            return false;
         };
         if loss.events == 0 {
             self.pending.push_back(stream);

@@ -36,6 +36,7 @@ use rtrb::{CopyToUninit, RingBuffer};
 pub use crate::publish::consumer::Consumer;
 use crate::publish::event::{Event, MAX_HEADER_LEN, OVERRUN_LEN};
 use crate::publish::overrun::LossLedger;
+use crate::publish::run::MessageRun;
 use crate::publish::stats::{ProducerCounts, QueueStats, as_u64};
 
 /// Length of the length prefix of a record.
@@ -98,6 +99,7 @@ pub fn channel(capacity_bytes: usize, streams: usize) -> (Producer, Consumer) {
         capacity,
         counts: ProducerCounts::default(),
         stats: Arc::clone(&stats),
+        prefetched_to: 0,
     };
     (producer, Consumer::new(ring_rx, capacity, stats))
 }
@@ -124,6 +126,8 @@ pub struct Producer {
     capacity: usize,
     counts: ProducerCounts,
     stats: Arc<QueueStats>,
+    /// Address up to which the ring was last prefetched (see `prefetch_ahead`).
+    prefetched_to: usize,
 }
 
 impl Producer {
@@ -134,7 +138,7 @@ impl Producer {
             return Pushed::UnknownStream;
         }
         let markers = self.ledger.pending();
-        let outcome = if self.write_batch(markers, Some(event)) {
+        let outcome = if self.write_batch(markers, Some(Record::Event(event))) {
             self.counts.pushed += 1;
             Pushed::Written
         } else {
@@ -142,12 +146,59 @@ impl Producer {
             self.counts.dropped += 1;
             Pushed::Dropped
         };
-        // Counters reach the metrics thread every 64 pushes, on every drop and when idle
-        // (`flush_overrun`), not on every push.
-        if outcome == Pushed::Dropped || self.counts.pushed.is_multiple_of(64) {
+        self.publish_counts(outcome, 1);
+        outcome
+    }
+
+    /// Writes a run of consecutive messages as one record, or drops the
+    /// whole run (the consumer's overrun marker then spans all of it).
+    /// The consumer pops the run as one [`Event::Message`] per message, so
+    /// what it sees is what pushing each message would have given it.
+    /// Never blocks, never allocates.
+    ///
+    /// ```
+    /// use gapless::publish::run::{BlockLengths, MessageRun};
+    /// use gapless::publish::{Event, Pushed, channel};
+    ///
+    /// let (mut producer, mut consumer) = channel(1024, 1);
+    /// let blocks = [0, 1, b'a', 0, 1, b'b'];
+    /// let run = MessageRun::new(0, 7, 0, BlockLengths::BigEndian, &blocks, 2).expect("2 blocks");
+    /// assert_eq!(producer.push_run(&run), Pushed::Written);
+    /// let mut seen = Vec::new();
+    /// while let Some((seq, payload)) = consumer.pop(|e| match e {
+    ///     Event::Message { seq, payload, .. } => (seq, payload.to_vec()),
+    ///     _ => (0, Vec::new()),
+    /// }) {
+    ///     seen.push((seq, payload));
+    /// }
+    /// assert_eq!(seen, [(7, b"a".to_vec()), (8, b"b".to_vec())]);
+    /// ```
+    pub fn push_run(&mut self, run: &MessageRun<'_>) -> Pushed {
+        if !self.ledger.knows(run.stream()) {
+            return Pushed::UnknownStream;
+        }
+        let markers = self.ledger.pending();
+        let events = u64::from(run.count());
+        let outcome = if self.write_batch(markers, Some(Record::Run(run))) {
+            self.counts.pushed += events;
+            Pushed::Written
+        } else {
+            self.ledger
+                .record_span(run.stream(), run.first(), run.last(), events);
+            self.counts.dropped += events;
+            Pushed::Dropped
+        };
+        self.publish_counts(outcome, events);
+        outcome
+    }
+
+    /// Counters reach the metrics thread about every 64 events, on every drop and when
+    /// idle (`flush_overrun`), not on every push.
+    #[inline]
+    fn publish_counts(&mut self, outcome: Pushed, events: u64) {
+        if outcome == Pushed::Dropped || self.counts.pushed % 64 < events {
             self.stats.store_producer(&self.counts);
         }
-        outcome
     }
 
     /// Writes as many pending overrun markers as fit now, oldest loss first,
@@ -174,7 +225,7 @@ impl Producer {
     pub fn would_fit(&self, event: &Event<'_>) -> bool {
         self.ledger.knows(event.stream())
             && self
-                .batch_len(self.ledger.pending(), Some(event))
+                .batch_len(self.ledger.pending(), Some(Record::Event(event)))
                 .is_some_and(|need| need <= self.ring.slots())
     }
 
@@ -215,9 +266,9 @@ impl Producer {
 
     /// Bytes a batch of `markers` overrun markers and `event` takes; `None`
     /// when it can never fit.
-    fn batch_len(&self, markers: usize, event: Option<&Event<'_>>) -> Option<usize> {
-        let record = match event {
-            Some(event) => record_len(event)?,
+    fn batch_len(&self, markers: usize, record: Option<Record<'_, '_>>) -> Option<usize> {
+        let record = match record {
+            Some(record) => record.len()?,
             None => 0,
         };
         let need = markers
@@ -228,8 +279,9 @@ impl Producer {
 
     /// Writes the `markers` oldest overrun markers and then `event` in one
     /// commit, or nothing; true when written.
-    fn write_batch(&mut self, markers: usize, event: Option<&Event<'_>>) -> bool {
-        let Some(need) = self.batch_len(markers, event) else {
+    #[inline]
+    fn write_batch(&mut self, markers: usize, record: Option<Record<'_, '_>>) -> bool {
+        let Some(need) = self.batch_len(markers, record) else {
             return false;
         };
         // Uninitialised slots: every byte is copied in below, and the chunk is committed
@@ -247,8 +299,8 @@ impl Producer {
                 .marker(index)
                 .is_some_and(|marker| put_record(&mut writer, &marker));
         }
-        if let Some(event) = event {
-            written &= put_record(&mut writer, event);
+        if let Some(record) = record {
+            written &= record.put(&mut writer);
         }
         if !written || !writer.is_full() {
             return false;
@@ -256,11 +308,68 @@ impl Producer {
         // SAFETY: `writer.is_full()` means `put` initialised every slot of both pieces of
         // the chunk, which is what `commit_all` requires.
         unsafe { chunk.commit_all() };
+        if need >= PREFETCH_FROM_RECORD {
+            self.prefetch_ahead();
+        }
         self.ledger.clear(markers);
         self.counts.overrun_markers += as_u64(markers);
         self.counts.bytes_written += as_u64(need);
         true
     }
+}
+
+/// Records at least this long also prefetch the ring ahead of the write position.
+const PREFETCH_FROM_RECORD: usize = 256;
+/// How far ahead of the write position the ring is prefetched.
+const PREFETCH_AHEAD: usize = 4096;
+const LINE: usize = 64;
+
+impl Producer {
+    /// Asks for the ring's next [`PREFETCH_AHEAD`] bytes of free space for writing, so
+    /// the cache misses of the records to come overlap the work before they are written
+    /// (a ring larger than the cache is cold where the producer writes: the consumer
+    /// read it a lap ago). Only lines not asked for before are prefetched, so a record
+    /// costs about one prefetch per line it fills.
+    #[inline]
+    fn prefetch_ahead(&mut self) {
+        let ahead = PREFETCH_AHEAD.min(self.ring.slots());
+        let Ok(mut chunk) = self.ring.write_chunk_uninit(ahead) else {
+            return;
+        };
+        let (head, tail) = chunk.as_mut_slices();
+        for piece in [head, tail] {
+            let start = piece.as_ptr() as usize;
+            let end = start + piece.len();
+            // Continue where the last call stopped when that is inside this piece.
+            let from = if (start..end).contains(&self.prefetched_to) {
+                self.prefetched_to
+            } else {
+                start
+            };
+            let mut line = from & !(LINE - 1);
+            while line < end {
+                prefetch_for_write(line);
+                line += LINE;
+            }
+            if end > from {
+                self.prefetched_to = end;
+            }
+        }
+        // The chunk is dropped uncommitted: nothing was written.
+    }
+}
+
+#[inline(always)]
+fn prefetch_for_write(address: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing into the program and cannot fault,
+    // whatever the address; this one is inside the ring's buffer.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+        _mm_prefetch::<{ _MM_HINT_ET0 }>(address as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
 }
 
 impl Drop for Producer {
@@ -281,12 +390,43 @@ impl fmt::Debug for Producer {
     }
 }
 
-/// Length of the record holding `event`; `None` when its length does not
-/// fit the u32 prefix.
-fn record_len(event: &Event<'_>) -> Option<usize> {
-    let len = event.encoded_len();
-    u32::try_from(len).ok()?;
-    len.checked_add(RECORD_PREFIX_LEN)
+/// What one queue record holds: an event, or a run of messages.
+#[derive(Clone, Copy)]
+enum Record<'r, 'a> {
+    Event(&'r Event<'a>),
+    Run(&'r MessageRun<'a>),
+}
+
+impl Record<'_, '_> {
+    /// Length of the record (prefix included); `None` when its length does
+    /// not fit the u32 prefix.
+    fn len(self) -> Option<usize> {
+        let len = match self {
+            Self::Event(event) => event.encoded_len(),
+            Self::Run(run) => run.encoded_len(),
+        };
+        u32::try_from(len).ok()?;
+        len.checked_add(RECORD_PREFIX_LEN)
+    }
+
+    /// Writes the record; false when it does not fit.
+    fn put(self, writer: &mut SplitWriter<'_>) -> bool {
+        match self {
+            Self::Event(event) => put_record(writer, event),
+            Self::Run(run) => put_run(writer, run),
+        }
+    }
+}
+
+/// Writes one run record: its length, the run's header, its blocks.
+fn put_run(writer: &mut SplitWriter<'_>, run: &MessageRun<'_>) -> bool {
+    let Some(header) = run.header() else {
+        return false;
+    };
+    let Ok(len) = u32::try_from(run.encoded_len()) else {
+        return false;
+    };
+    writer.put(&len.to_le_bytes()) && writer.put(&header) && writer.put(run.blocks())
 }
 
 /// Writes one record: its length, the event's header, its payload.

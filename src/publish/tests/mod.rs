@@ -3,6 +3,7 @@
 mod codec;
 mod model;
 mod queue;
+mod runs;
 mod threads;
 
 use crate::publish::event::{Event, StreamState};
