@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::metrics::StreamMetrics;
+use crate::publish::run::MessageRun;
 use crate::publish::{Event, Producer, Pushed};
 use crate::venue::Emit;
 
@@ -76,6 +77,24 @@ impl Emit for Fanout {
         for p in &mut self.producers {
             if p.push(event) == Pushed::Dropped {
                 self.dropped += 1;
+            }
+        }
+    }
+
+    /// One record per consumer for the whole run; its messages share one receive time,
+    /// so the hand-off latency is recorded once, counted for every message.
+    fn emit_run(&mut self, run: &MessageRun<'_>) {
+        let count = u64::from(run.count());
+        self.delivered += count;
+        if run.recv_ns() > 0 {
+            let latency = self.now_realtime_ns.saturating_sub(run.recv_ns()).max(1);
+            if let Some(m) = self.stream_metrics.get(usize::from(run.stream())) {
+                m.record_handoff_n(latency, count);
+            }
+        }
+        for p in &mut self.producers {
+            if p.push_run(run) == Pushed::Dropped {
+                self.dropped += count;
             }
         }
     }

@@ -203,6 +203,10 @@ pub struct RxLoop {
 
 const UNICAST_BIT: usize = 1;
 
+/// Datagrams handed to a venue session at once (a multiple of the four it checks
+/// together).
+const SESSION_GROUP: usize = 16;
+
 fn token(venue: usize, channel: usize, unicast: bool) -> Token {
     Token((venue << 20) | (channel << 1) | usize::from(unicast))
 }
@@ -347,6 +351,15 @@ impl RxLoop {
                 return handled;
             };
             let group = venue.sockets.get(c).map(|s| s.info.local);
+            let via = if unicast {
+                Via::Unicast
+            } else {
+                Via::Multicast
+            };
+            // Accepted datagrams go to the session a few at a time, so it can check
+            // their message blocks together.
+            let mut accepted_now: [(&[u8], u64); SESSION_GROUP] = [(&[], 0); SESSION_GROUP];
+            let mut waiting = 0;
             for i in 0..n {
                 let Some(d) = self.batch.get(i) else { continue };
                 if let (Some(tap), Some(group)) = (self.recorder.as_mut(), group) {
@@ -368,16 +381,23 @@ impl RxLoop {
                     stats.filtered += 1;
                     continue;
                 }
-                let via = if unicast {
-                    Via::Unicast
-                } else {
-                    Via::Multicast
-                };
                 let recv_ns = d.kernel_ns.unwrap_or(realtime);
+                if let Some(slot) = accepted_now.get_mut(waiting) {
+                    *slot = (d.payload, recv_ns);
+                    waiting += 1;
+                }
+                if waiting == SESSION_GROUP {
+                    venue
+                        .session
+                        .on_datagrams(now, c, &accepted_now, via, &mut self.fanout);
+                    waiting = 0;
+                }
+                handled += 1;
+            }
+            if let Some(rest) = accepted_now.get(..waiting) {
                 venue
                     .session
-                    .on_datagram(now, c, d.payload, recv_ns, via, &mut self.fanout);
-                handled += 1;
+                    .on_datagrams(now, c, rest, via, &mut self.fanout);
             }
         }
     }

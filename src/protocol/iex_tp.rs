@@ -40,7 +40,7 @@
 
 use std::iter::FusedIterator;
 
-use crate::protocol::{EncodeError, ensure_capacity, read_array, write_at};
+use crate::protocol::{EncodeError, blocks, ensure_capacity, read_array, write_at};
 
 /// Length of a segment header.
 pub const HEADER_LEN: usize = 40;
@@ -233,6 +233,40 @@ impl<'a> Packet<'a> {
     /// # Ok::<(), gapless::protocol::ProtocolError>(())
     /// ```
     pub fn decode(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let packet = Self::decode_header(buf)?;
+        let end = walk_blocks(packet.payload, packet.count)?;
+        if end != buf.len() {
+            return Err(DecodeError::TrailingBytes {
+                offset: end,
+                count: buf.len().saturating_sub(end),
+            });
+        }
+        Ok(packet)
+    }
+
+    /// Decodes four segments, with the same result as [`Packet::decode`] on each;
+    /// their message blocks are walked together (see the `blocks` module's notes). A
+    /// segment that fails is decoded again alone, for its exact error.
+    pub fn decode4(bufs: [&'a [u8]; 4]) -> [Result<Self, DecodeError>; 4] {
+        let heads = bufs.map(Self::decode_header);
+        let blocks = heads
+            .each_ref()
+            .map(|h| h.as_ref().map_or(&[][..], |p| p.payload));
+        let counts = heads.each_ref().map(|h| h.as_ref().map_or(0, |p| p.count));
+        let exact = blocks::exact4::<blocks::Little>(blocks, counts);
+        let mut lane = 0;
+        heads.map(|head| {
+            let (buf, exact) = (bufs.get(lane).copied().unwrap_or_default(), exact.get(lane));
+            lane += 1;
+            match head {
+                Ok(packet) if exact == Some(&true) => Ok(packet),
+                _ => Self::decode(buf),
+            }
+        })
+    }
+
+    /// Everything [`Packet::decode`] checks but the blocks.
+    fn decode_header(buf: &'a [u8]) -> Result<Self, DecodeError> {
         let short = DecodeError::ShortHeader { offset: buf.len() };
         let raw = read_array::<HEADER_LEN>(buf, 0).ok_or(short)?;
         let u16_at = |at| {
@@ -286,13 +320,6 @@ impl<'a> Packet<'a> {
             return Err(DecodeError::UnexpectedData {
                 offset: HEADER_LEN,
                 len: payload.len(),
-            });
-        }
-        let end = walk_blocks(payload, count)?;
-        if end != buf.len() {
-            return Err(DecodeError::TrailingBytes {
-                offset: end,
-                count: buf.len().saturating_sub(end),
             });
         }
         Ok(Self {
@@ -371,6 +398,11 @@ impl<'a> Packet<'a> {
     /// Send time, nanoseconds since the Unix epoch.
     pub const fn send_time(&self) -> i64 {
         self.header.send_time
+    }
+
+    /// The message blocks (u16 little-endian length, then the message), as received.
+    pub const fn blocks(&self) -> &'a [u8] {
+        self.payload
     }
 
     /// Iterates over the messages, in order, without allocating.

@@ -39,7 +39,7 @@ use std::fmt;
 use std::iter::FusedIterator;
 use std::str::FromStr;
 
-use crate::protocol::{EncodeError, ensure_capacity, read_array, write_at};
+use crate::protocol::{EncodeError, blocks, ensure_capacity, read_array, write_at};
 
 /// Length of the session field.
 pub const SESSION_LEN: usize = 10;
@@ -355,6 +355,58 @@ impl<'a> Packet<'a> {
     /// );
     /// ```
     pub fn decode(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let (packet, count) = Self::decode_header(buf)?;
+        let end = walk_blocks(packet.blocks, count, HEADER_LEN)?;
+        if end != buf.len() {
+            return Err(DecodeError::TrailingBytes {
+                offset: end,
+                count: buf.len().saturating_sub(end),
+            });
+        }
+        Ok(packet)
+    }
+
+    /// Decodes four packets, with the same result as [`Packet::decode`] on each, in
+    /// about half the time when they are well formed: their message blocks are walked
+    /// together (see the `blocks` module's notes). A packet that fails is decoded again
+    /// alone, for its exact error.
+    ///
+    /// ```
+    /// use gapless::protocol::moldudp64::{Packet, PacketWriter, Session};
+    ///
+    /// let mut buf = [0u8; 64];
+    /// let mut w = PacketWriter::new(&mut buf, Session(*b"SESSION01 "), 5)?;
+    /// w.push(b"hello")?;
+    /// let len = w.finish();
+    /// let good = &buf[..len];
+    /// let cut = &buf[..len - 1];
+    /// let [a, b, c, d] = Packet::decode4([good, cut, good, &[]]);
+    /// assert_eq!(a?.message_count(), 1);
+    /// assert_eq!(b, Packet::decode(cut));
+    /// assert!(c.is_ok() && d.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode4(bufs: [&'a [u8]; 4]) -> [Result<Self, DecodeError>; 4] {
+        let heads = bufs.map(Self::decode_header);
+        let blocks = heads
+            .each_ref()
+            .map(|h| h.as_ref().map_or(&[][..], |(p, _)| p.blocks));
+        let counts = heads.each_ref().map(|h| h.as_ref().map_or(0, |&(_, c)| c));
+        let exact = blocks::exact4::<blocks::Big>(blocks, counts);
+        let mut lane = 0;
+        heads.map(|head| {
+            let (buf, exact) = (bufs.get(lane).copied().unwrap_or_default(), exact.get(lane));
+            lane += 1;
+            match head {
+                Ok((packet, _)) if exact == Some(&true) => Ok(packet),
+                _ => Self::decode(buf),
+            }
+        })
+    }
+
+    /// Everything [`Packet::decode`] checks but the blocks: returns the packet with the
+    /// count of blocks it must hold.
+    fn decode_header(buf: &'a [u8]) -> Result<(Self, u16), DecodeError> {
         let RawHeader {
             session,
             sequence,
@@ -382,20 +434,16 @@ impl<'a> Packet<'a> {
                 count,
             });
         }
-        let end = walk_blocks(blocks, count, HEADER_LEN)?;
-        if end != buf.len() {
-            return Err(DecodeError::TrailingBytes {
-                offset: end,
-                count: buf.len().saturating_sub(end),
-            });
-        }
-        Ok(Self {
-            session,
-            sequence,
-            kind,
-            blocks,
-            bytes: buf,
-        })
+        Ok((
+            Self {
+                session,
+                sequence,
+                kind,
+                blocks,
+                bytes: buf,
+            },
+            count,
+        ))
     }
 
     /// The session this packet belongs to.
@@ -427,6 +475,12 @@ impl<'a> Packet<'a> {
     pub const fn next_sequence(&self) -> u64 {
         // `decode` refused any packet for which this addition overflows.
         self.sequence.wrapping_add(self.message_count() as u64)
+    }
+
+    /// The message blocks (u16 big-endian length, then the data), as received; empty
+    /// for a heartbeat or end of session.
+    pub const fn blocks(&self) -> &'a [u8] {
+        self.blocks
     }
 
     /// Iterates over the messages' data, in order, without allocating.

@@ -436,6 +436,32 @@ impl<P> Detector<P> {
         }
     }
 
+    /// Takes the live point frames `first..first + count` of `epoch` in one step when
+    /// they are exactly what the stream delivers next (it is point-sequenced, synced and
+    /// in `epoch`, and `first` is the expected sequence): they count as delivered, in
+    /// order, and the caller hands them on itself; nothing is pushed onto any output.
+    /// Returns false, changing nothing, in every other case: the caller then offers the
+    /// frames one by one with [`Detector::ingest`].
+    ///
+    /// ```
+    /// use gapless::sequencer::{Detector, Frame, StreamConfig};
+    ///
+    /// let mut d = Detector::<()>::new();
+    /// let s = d.add_stream(StreamConfig::point(64));
+    /// let mut out = Vec::new();
+    /// d.ingest(s, 0, Frame::point(1, ()), &mut out);
+    /// assert!(d.ingest_run(s, 0, 2, 40)); // 2..=41 delivered at once
+    /// assert_eq!(d.expected(s), Some(42));
+    /// assert!(!d.ingest_run(s, 0, 50, 10)); // a gap: refused, nothing changed
+    /// assert_eq!(d.expected(s), Some(42));
+    /// ```
+    #[inline]
+    pub fn ingest_run(&mut self, stream: StreamId, epoch: u64, first: u64, count: u64) -> bool {
+        self.streams
+            .get_mut(stream.index())
+            .is_some_and(|s| s.ingest_run(epoch, first, count))
+    }
+
     /// Offers a retransmitted frame. Reports whether the stream is synced again; the
     /// ranges still missing are in [`Detector::missing`]. Refused on a stream latched in
     /// [`StreamState::ResetRequired`].

@@ -215,6 +215,27 @@ impl<P> Stream<P> {
         self.ingest_slow(epoch, first, last, prev, payload, out, false)
     }
 
+    /// Delivers the point frames `first..first + count` at once when the short path
+    /// would take each of them in turn; false, changing nothing, otherwise.
+    #[inline]
+    pub(crate) fn ingest_run(&mut self, epoch: u64, first: u64, count: u64) -> bool {
+        // The conditions of the short path in `ingest`, for every frame of the run: synced
+        // (so nothing is buffered or known beyond `expected`), in order, and the last
+        // frame below `u64::MAX`.
+        let fits = first.checked_add(count).is_some();
+        if self.point_epoch == epoch
+            && epoch != NO_SHORT_PATH
+            && first == self.expected
+            && count > 0
+            && fits
+        {
+            self.expected = first + count;
+            self.counters.delivered += count;
+            return true;
+        }
+        false
+    }
+
     /// Ingests a retransmitted frame; the caller has checked the state.
     pub(crate) fn backfill(
         &mut self,

@@ -3,6 +3,7 @@
 //! messages, with count 0 as a heartbeat.
 
 use crate::protocol::{ProtocolError, iex_tp, moldudp64};
+use crate::publish::run::BlockLengths;
 
 /// The wire format of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,46 +91,69 @@ pub struct Datagram<'a> {
     pub count: u16,
     /// The messages.
     pub messages: Messages<'a>,
+    /// The messages' blocks as received (length-prefixed, in `lengths` byte order).
+    pub blocks: &'a [u8],
+    /// Byte order of the blocks' length prefixes.
+    pub lengths: BlockLengths,
 }
 
 /// Decodes one datagram of `wire`.
 pub fn decode(wire: Wire, bytes: &[u8]) -> Result<Datagram<'_>, ProtocolError> {
     match wire {
+        Wire::MoldUdp64 => Ok(from_mold(moldudp64::Packet::decode(bytes)?)),
+        Wire::IexTp => Ok(from_iex(iex_tp::Packet::decode(bytes)?)),
+    }
+}
+
+/// Decodes four datagrams of `wire`, with the same results as [`decode`] on each;
+/// their message blocks are checked together, which is faster.
+pub fn decode4(wire: Wire, bytes: [&[u8]; 4]) -> [Result<Datagram<'_>, ProtocolError>; 4] {
+    match wire {
         Wire::MoldUdp64 => {
-            let p = moldudp64::Packet::decode(bytes)?;
-            let kind = match p.kind() {
-                moldudp64::PacketKind::Data { .. } => Kind::Data,
-                moldudp64::PacketKind::Heartbeat => Kind::Heartbeat,
-                moldudp64::PacketKind::EndOfSession => Kind::EndOfSession,
-            };
-            let count = if kind == Kind::Data {
-                p.message_count()
-            } else {
-                0
-            };
-            Ok(Datagram {
-                session: SessionKey(*p.session().as_bytes()),
-                seq: p.sequence(),
-                kind,
-                count,
-                messages: Messages::Mold(p.messages()),
-            })
+            moldudp64::Packet::decode4(bytes).map(|r| r.map(from_mold).map_err(ProtocolError::from))
         }
         Wire::IexTp => {
-            let p = iex_tp::Packet::decode(bytes)?;
-            let kind = if p.is_heartbeat() {
-                Kind::Heartbeat
-            } else {
-                Kind::Data
-            };
-            Ok(Datagram {
-                session: SessionKey::iex(p.session_id()),
-                seq: p.sequence(),
-                kind,
-                count: p.message_count(),
-                messages: Messages::Iex(p.messages()),
-            })
+            iex_tp::Packet::decode4(bytes).map(|r| r.map(from_iex).map_err(ProtocolError::from))
         }
+    }
+}
+
+fn from_mold(p: moldudp64::Packet<'_>) -> Datagram<'_> {
+    let kind = match p.kind() {
+        moldudp64::PacketKind::Data { .. } => Kind::Data,
+        moldudp64::PacketKind::Heartbeat => Kind::Heartbeat,
+        moldudp64::PacketKind::EndOfSession => Kind::EndOfSession,
+    };
+    let count = if kind == Kind::Data {
+        p.message_count()
+    } else {
+        0
+    };
+    Datagram {
+        session: SessionKey(*p.session().as_bytes()),
+        seq: p.sequence(),
+        kind,
+        count,
+        messages: Messages::Mold(p.messages()),
+        blocks: p.blocks(),
+        lengths: BlockLengths::BigEndian,
+    }
+}
+
+fn from_iex(p: iex_tp::Packet<'_>) -> Datagram<'_> {
+    let kind = if p.is_heartbeat() {
+        Kind::Heartbeat
+    } else {
+        Kind::Data
+    };
+    Datagram {
+        session: SessionKey::iex(p.session_id()),
+        seq: p.sequence(),
+        kind,
+        count: p.message_count(),
+        messages: Messages::Iex(p.messages()),
+        blocks: p.blocks(),
+        lengths: BlockLengths::LittleEndian,
     }
 }
 

@@ -18,12 +18,22 @@ pub use session::{
 };
 
 use crate::publish::Event;
+use crate::publish::run::MessageRun;
 use crate::sequencer::StreamStats;
 
 /// Where consumer events go: the publish fan-out live, a file in replay, a vector in tests.
 pub trait Emit {
     /// Takes one event. Must not block.
     fn emit(&mut self, event: &Event<'_>);
+
+    /// Takes a run of consecutive live messages of one stream. The default hands each
+    /// message to [`Emit::emit`] as an [`Event::Message`]; the rx thread's fan-out
+    /// writes the run as one queue record instead. Must not block.
+    fn emit_run(&mut self, run: &MessageRun<'_>) {
+        for event in run.events() {
+            self.emit(&event);
+        }
+    }
 }
 
 impl<F: FnMut(&Event<'_>)> Emit for F {

@@ -16,7 +16,9 @@ use super::arena::{MsgRef, PacketArena};
 use super::feed::{self, Kind, SessionKey, Wire};
 use super::recovery::{Plan, RequestPolicy, Requester};
 use super::{ChannelStats, Emit, GapPolicy, Via};
+use crate::protocol::ProtocolError;
 use crate::protocol::moldudp64::{Request, Session};
+use crate::publish::run::MessageRun;
 use crate::publish::{Event, StreamState as Published};
 use crate::sequencer::{
     Baseline, Delivered, Detector, Disposition, Frame, SeqRange, StreamConfig, StreamId,
@@ -278,23 +280,84 @@ impl FeedSession {
         via: Via,
         emit: &mut impl Emit,
     ) {
+        let decoded = feed::decode(self.spec.wire, datagram);
+        self.on_decoded(now, channel, datagram, decoded, recv_ns, via, emit);
+    }
+
+    /// Handles datagrams that arrived together on `channel`, each with its receive time,
+    /// in order: the same as [`FeedSession::on_datagram`] on each, with their message
+    /// blocks checked four datagrams at a time (faster: see [`feed::decode4`]).
+    pub fn on_datagrams(
+        &mut self,
+        now: u64,
+        channel: usize,
+        datagrams: &[(&[u8], u64)],
+        via: Via,
+        emit: &mut impl Emit,
+    ) {
+        let wire = self.spec.wire;
+        let mut fours = datagrams.chunks_exact(4);
+        for four in &mut fours {
+            let &[a, b, c, d] = four else { continue };
+            let decoded = feed::decode4(wire, [a.0, b.0, c.0, d.0]);
+            for ((bytes, recv_ns), decoded) in [a, b, c, d].into_iter().zip(decoded) {
+                self.on_decoded(now, channel, bytes, decoded, recv_ns, via, emit);
+            }
+        }
+        for &(bytes, recv_ns) in fours.remainder() {
+            self.on_datagram(now, channel, bytes, recv_ns, via, emit);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_decoded(
+        &mut self,
+        now: u64,
+        channel: usize,
+        datagram: &[u8],
+        decoded: Result<feed::Datagram<'_>, ProtocolError>,
+        recv_ns: u64,
+        via: Via,
+        emit: &mut impl Emit,
+    ) {
         let Some(c) = self.channels.get_mut(channel) else {
             return;
         };
         c.stats.packets += 1;
         c.stats.bytes += datagram.len() as u64;
-        let Ok(d) = feed::decode(self.spec.wire, datagram) else {
+        let Ok(d) = decoded else {
             c.stats.malformed += 1;
             return;
         };
         let Some(epoch) = self.epoch_of(channel, d.session, emit) else {
             return;
         };
+        let stream_id = self.stream_id(channel);
         let Some(c) = self.channels.get_mut(channel) else {
             return;
         };
         let stream = c.stream;
         match d.kind {
+            // The common case: a live datagram that continues a synced stream. The
+            // sequencer takes all its messages in one step and the consumers get them as
+            // one run, the datagram's blocks as they arrived.
+            Kind::Data
+                if via == Via::Multicast
+                    && d.count > 0
+                    && self
+                        .detector
+                        .ingest_run(stream, epoch, d.seq, u64::from(d.count)) =>
+            {
+                c.stats.messages += u64::from(d.count);
+                emit.emit_run(&MessageRun::validated(
+                    stream_id,
+                    d.seq,
+                    recv_ns,
+                    d.lengths,
+                    d.blocks,
+                    u32::from(d.count),
+                ));
+            }
             Kind::Heartbeat | Kind::EndOfSession => {
                 c.stats.heartbeats += 1;
                 if d.kind == Kind::EndOfSession {
