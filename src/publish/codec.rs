@@ -92,6 +92,7 @@ impl<'a> Event<'a> {
 
     /// Encodes the header (everything but the payload) into `out` and
     /// returns its length.
+    #[inline]
     pub(crate) fn encode_header(
         &self,
         out: &mut [u8; MAX_HEADER_LEN],

@@ -429,20 +429,25 @@ fn put_run(writer: &mut SplitWriter<'_>, run: &MessageRun<'_>) -> bool {
     writer.put(&len.to_le_bytes()) && writer.put(&header) && writer.put(run.blocks())
 }
 
-/// Writes one record: its length, the event's header, its payload.
+/// Writes one record: its length, the event's header, its payload. The length and
+/// the header are assembled on the stack and copied as one piece.
+#[inline]
 fn put_record(writer: &mut SplitWriter<'_>, event: &Event<'_>) -> bool {
-    let mut header = [0u8; MAX_HEADER_LEN];
-    let Ok(header_len) = event.encode_header(&mut header) else {
+    let mut head = [0u8; RECORD_PREFIX_LEN + MAX_HEADER_LEN];
+    let (prefix, header) = head.split_at_mut(RECORD_PREFIX_LEN);
+    let Ok(header) = <&mut [u8; MAX_HEADER_LEN]>::try_from(header) else {
+        return false;
+    };
+    let Ok(header_len) = event.encode_header(header) else {
         return false;
     };
     let payload = event.payload();
     let Ok(len) = u32::try_from(header_len + payload.len()) else {
         return false;
     };
-    writer.put(&len.to_le_bytes())
-        && header
-            .get(..header_len)
-            .is_some_and(|header| writer.put(header))
+    prefix.copy_from_slice(&len.to_le_bytes());
+    head.get(..RECORD_PREFIX_LEN + header_len)
+        .is_some_and(|head| writer.put(head))
         && writer.put(payload)
 }
 
@@ -454,6 +459,7 @@ struct SplitWriter<'b> {
 
 impl SplitWriter<'_> {
     /// Appends `bytes`; false when they do not fit.
+    #[inline]
     fn put(&mut self, mut bytes: &[u8]) -> bool {
         for _ in 0..2 {
             let n = bytes.len().min(self.head.len());
