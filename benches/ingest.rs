@@ -17,12 +17,19 @@ use gapless::daemon::fanout::Fanout;
 use gapless::io::batch::RecvBatch;
 use gapless::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
 use gapless::protocol::moldudp64::{PacketWriter, Session};
+use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{self, Event};
 use gapless::venue::{ChannelSpec, FeedSession, FeedSpec, Via, Wire};
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 1), 46301);
 const DATAGRAMS: u64 = 2_000;
 const MESSAGES_PER_DATAGRAM: u64 = 40;
+/// The daemon's default consumer queue.
+const QUEUE_BYTES: usize = 4 << 20;
+/// Datagrams a `recvmmsg` call may return (the daemon's default batch).
+const BATCH: usize = 64;
+/// Rounds of each ingest pass; the first three are not counted.
+const ROUNDS: u64 = 33;
 
 fn datagrams(first_seq: u64) -> Vec<Vec<u8>> {
     let session = Session(*b"BENCH00001");
@@ -69,7 +76,7 @@ fn timed_drain(
     (got == packets.len() as u64).then(|| start.elapsed().as_nanos() as f64 / packets.len() as f64)
 }
 
-fn ingest() -> Option<(f64, f64)> {
+fn ingest() -> Option<Ingest> {
     let spec = MulticastSpec {
         group: GROUP,
         interface: Ipv4Addr::LOCALHOST,
@@ -79,8 +86,8 @@ fn ingest() -> Option<(f64, f64)> {
     let (socket, _) = open_multicast(&spec).ok()?;
     let sender = open_multicast_sender(Ipv4Addr::LOCALHOST, 0).ok()?;
     let fd = socket.as_raw_fd();
-    let mut batch = RecvBatch::new(64, 2048);
-    let (mut bare, mut full) = (Vec::new(), Vec::new());
+    let mut batch = RecvBatch::new(BATCH, 2048);
+    let (mut bare, mut full, mut no_handoff) = (Vec::new(), Vec::new(), Vec::new());
     let channel = ChannelSpec {
         name: "bench".into(),
         session: None,
@@ -89,11 +96,11 @@ fn ingest() -> Option<(f64, f64)> {
     };
     let spec = FeedSpec::new(Wire::MoldUdp64, vec![channel]);
     let mut delivered = 0;
-    // Big enough for a round, small enough to stay resident after the first rounds.
-    let (producer, mut consumer) = publish::channel(16 << 20, 1);
+    // The daemon's default consumer queue (65,536 slots of 64 bytes): a round fits.
+    let (producer, mut consumer) = publish::channel(QUEUE_BYTES, 1);
     let mut fanout = Fanout::new(vec![producer]);
     let mut next_seq = 1;
-    for round in 0..28 {
+    for round in 0..ROUNDS {
         let packets = datagrams(next_seq);
         next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
         let ns = timed_drain(&sender, &packets, || {
@@ -111,87 +118,222 @@ fn ingest() -> Option<(f64, f64)> {
         let mut session = FeedSession::new(spec.clone());
         let ns = timed_drain(&sender, &packets, || {
             let n = batch.recv(fd).unwrap_or(0);
-            for i in 0..n {
-                session.on_datagram(round, 0, batch.payload(i), 1, Via::Multicast, &mut fanout);
+            // As the rx loop does: the batch's datagrams go to the session together.
+            let mut received = [(&[][..], 0u64); BATCH];
+            for (i, slot) in received.iter_mut().enumerate().take(n) {
+                *slot = (batch.payload(i), 1);
             }
+            let received = received.get(..n).unwrap_or_default();
+            session.on_datagrams(round, 0, received, Via::Multicast, &mut fanout);
             n as u64
         })?;
         full.push(ns);
         while consumer.pop(|_| ()).is_some() {}
         delivered += session.stats(0).sequencer.delivered;
+
+        // The same again with the hand-off left out: where the rest of the time goes.
+        let packets = datagrams(next_seq);
+        next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
+        let mut session = FeedSession::new(spec.clone());
+        let ns = timed_drain(&sender, &packets, || {
+            let n = batch.recv(fd).unwrap_or(0);
+            let mut received = [(&[][..], 0u64); BATCH];
+            for (i, slot) in received.iter_mut().enumerate().take(n) {
+                *slot = (batch.payload(i), 1);
+            }
+            let received = received.get(..n).unwrap_or_default();
+            session.on_datagrams(round, 0, received, Via::Multicast, &mut Discard);
+            n as u64
+        })?;
+        no_handoff.push(ns);
     }
     assert_eq!(
         delivered,
-        28 * DATAGRAMS * MESSAGES_PER_DATAGRAM,
+        ROUNDS * DATAGRAMS * MESSAGES_PER_DATAGRAM,
         "every message handed off"
     );
     // The first rounds fault the queue's and the session's pages in: not measured.
-    bare.drain(..3);
-    full.drain(..3);
-    Some((median(bare), median(full)))
+    for times in [&mut bare, &mut full, &mut no_handoff] {
+        times.drain(..3);
+    }
+    Some(Ingest {
+        bare: median(bare),
+        full: median(full),
+        no_handoff: median(no_handoff),
+    })
 }
 
-/// The producer side only: a round of pushes into a queue big enough to hold them all,
-/// drained after the clock stops, for both the consumer queue and the raw ring (the first
-/// round, which faults the pages in, is not counted).
-fn handoff() -> (f64, f64) {
+/// Median nanoseconds per datagram of the three ingest passes.
+struct Ingest {
+    bare: f64,
+    full: f64,
+    no_handoff: f64,
+}
+
+/// Takes every event and run and does nothing with them.
+struct Discard;
+
+impl gapless::venue::Emit for Discard {
+    fn emit(&mut self, event: &Event<'_>) {
+        black_box(event);
+    }
+
+    fn emit_run(&mut self, run: &MessageRun<'_>) {
+        black_box(run);
+    }
+}
+
+/// Rounds of the hand-off benchmark; the first, which faults the pages in, is not counted.
+const HANDOFF_ROUNDS: usize = 16;
+
+/// Times `rounds` rounds of `push`, each followed (off the clock) by `drain`; returns the
+/// median nanoseconds per call of `push`, the first round left out.
+fn timed_rounds(n: u64, mut push: impl FnMut(u64), mut drain: impl FnMut()) -> f64 {
+    let mut times = Vec::new();
+    for _ in 0..HANDOFF_ROUNDS {
+        let start = Instant::now();
+        for i in 0..n {
+            push(i);
+        }
+        times.push(start.elapsed().as_nanos() as f64 / n as f64);
+        drain();
+    }
+    times.remove(0);
+    median(times)
+}
+
+/// Writes `header` then `body` into the bare ring as one record, the way a hand-written
+/// producer would: uninitialised slots, one copy each, one commit.
+fn raw_write(tx: &mut rtrb::Producer<u8>, header: &[u8], body: &[u8]) {
+    if let Ok(mut chunk) = tx.write_chunk_uninit(header.len() + body.len()) {
+        let (a, b) = chunk.as_mut_slices();
+        if b.is_empty() {
+            let (h, rest) = a.split_at_mut(header.len());
+            rtrb::CopyToUninit::copy_to_uninit(header, h);
+            rtrb::CopyToUninit::copy_to_uninit(body, rest);
+        } else {
+            // At the ring's end, byte by byte across the two pieces.
+            for (dst, &src) in a
+                .iter_mut()
+                .chain(b.iter_mut())
+                .zip(header.iter().chain(body))
+            {
+                dst.write(src);
+            }
+        }
+        // SAFETY: both pieces of the chunk were just written in full.
+        unsafe { chunk.commit_all() };
+    }
+}
+
+/// The producer side only: rounds of pushes into a queue big enough to hold a round,
+/// drained after the clock stops, for both the consumer queue and the raw ring.
+///
+/// Returns (per message: ours, raw) and (per datagram run of 40 messages: ours, raw).
+fn handoff() -> ((f64, f64), (f64, f64)) {
     const N: u64 = 1_000_000;
+    const RUNS: u64 = 50_000;
     const BYTES: usize = 128 << 20;
     let payload = [7u8; 30];
     let (mut producer, mut consumer) = publish::channel(BYTES, 1);
     let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(BYTES);
-    let record_len = 4 + 24 + payload.len();
-    let mut ours = Vec::new();
-    let mut raw = Vec::new();
-    for _ in 0..16 {
-        let start = Instant::now();
-        for seq in 0..N {
-            let e = Event::Message {
-                stream: 0,
-                seq,
-                recv_ns: seq,
-                snapshot: false,
-                payload: &payload,
-            };
-            let pushed = producer.push(&e);
-            debug_assert_eq!(pushed, gapless::publish::Pushed::Written);
-            let _ = black_box(pushed);
-        }
-        ours.push(start.elapsed().as_nanos() as f64 / N as f64);
-        while consumer.pop(|_| ()).is_some() {}
-
-        // The same bytes (record length, header, payload) through the bare SPSC ring.
-        let start = Instant::now();
-        for seq in 0..N {
-            if let Ok(mut chunk) = tx.write_chunk_uninit(record_len) {
-                let mut record = [0u8; 4 + 24 + 30];
-                record[..4].copy_from_slice(&((record_len - 4) as u32).to_le_bytes());
-                record[4..12].copy_from_slice(&seq.to_le_bytes());
-                record[28..].copy_from_slice(&payload);
-                let (a, b) = chunk.as_mut_slices();
-                let split = a.len();
-                rtrb::CopyToUninit::copy_to_uninit(&record[..split], a);
-                rtrb::CopyToUninit::copy_to_uninit(&record[split..], b);
-                // SAFETY: both pieces of the chunk were just written in full.
-                unsafe { chunk.commit_all() };
+    // The raw ring is drained record by record, reading each header as the consumer
+    // queue's pop does, so both rings are left in the same state in the cache.
+    let mut drain_raw = || {
+        while let Ok(prefix) = rx.read_chunk(4) {
+            let (a, b) = prefix.as_slices();
+            let mut len = [0u8; 4];
+            for (dst, src) in len.iter_mut().zip(a.iter().chain(b)) {
+                *dst = *src;
             }
+            let len = 4 + u32::from_le_bytes(len) as usize;
+            let Ok(record) = rx.read_chunk(len) else {
+                break;
+            };
+            let (a, b) = record.as_slices();
+            black_box(a.iter().chain(b).nth(4));
+            record.commit_all();
         }
-        raw.push(start.elapsed().as_nanos() as f64 / N as f64);
-        let n = rx.slots();
-        if let Ok(chunk) = rx.read_chunk(n) {
-            chunk.commit_all();
-        }
-    }
-    ours.remove(0);
-    raw.remove(0);
-    (median(ours), median(raw))
+    };
+
+    // One 30-byte message a record: the queue's record against the same bytes (record
+    // length, 24-byte header, payload) written into the bare ring.
+    let ours = {
+        let (producer, consumer) = (&mut producer, &mut consumer);
+        timed_rounds(
+            N,
+            |seq| {
+                let e = Event::Message {
+                    stream: 0,
+                    seq,
+                    recv_ns: seq,
+                    snapshot: false,
+                    payload: &payload,
+                };
+                let pushed = producer.push(&e);
+                debug_assert_eq!(pushed, gapless::publish::Pushed::Written);
+                let _ = black_box(pushed);
+            },
+            || while consumer.pop(|_| ()).is_some() {},
+        )
+    };
+    let raw = timed_rounds(
+        N,
+        |seq| {
+            let mut header = [0u8; 4 + 24];
+            header[..4].copy_from_slice(&((24 + payload.len()) as u32).to_le_bytes());
+            header[4..12].copy_from_slice(&seq.to_le_bytes());
+            raw_write(&mut tx, &header, &payload);
+        },
+        &mut drain_raw,
+    );
+
+    // One datagram's 40 messages a record (the rx path's in-order case): a run record
+    // against the same bytes (record length, 28-byte header, the blocks) in the bare ring.
+    let blocks: Vec<u8> = (0..MESSAGES_PER_DATAGRAM)
+        .flat_map(|_| {
+            let mut block = vec![0u8, 30];
+            block.extend_from_slice(&payload);
+            block
+        })
+        .collect();
+    let count = MESSAGES_PER_DATAGRAM as u32;
+    // Checked once here, as the rx path's decode checks a datagram's blocks before the
+    // hand-off; the queue does not care that every round pushes the same sequences.
+    let run = MessageRun::new(0, 1, 1, BlockLengths::BigEndian, &blocks, count)
+        .expect("the blocks hold 40 messages");
+    let ours_run = {
+        let (producer, consumer) = (&mut producer, &mut consumer);
+        timed_rounds(
+            RUNS,
+            |_| {
+                let _ = black_box(producer.push_run(black_box(&run)));
+            },
+            || while consumer.pop(|_| ()).is_some() {},
+        )
+    };
+    let raw_run = timed_rounds(
+        RUNS,
+        |i| {
+            let mut header = [0u8; 4 + 28];
+            header[..4].copy_from_slice(&((28 + blocks.len()) as u32).to_le_bytes());
+            header[8..16].copy_from_slice(&black_box(i).to_le_bytes());
+            raw_write(&mut tx, &header, black_box(&blocks));
+        },
+        &mut drain_raw,
+    );
+    ((ours, raw), (ours_run, raw_run))
 }
 
 fn main() {
     println!("| path | gapless ns | baseline ns | baseline / gapless (rate ratio) |");
     println!("|---|---:|---:|---:|");
     match ingest() {
-        Some((bare, full)) => {
+        Some(Ingest {
+            bare,
+            full,
+            no_handoff,
+        }) => {
             let per_msg = |ns: f64| ns / MESSAGES_PER_DATAGRAM as f64;
             println!(
                 "| ingest, per datagram of {MESSAGES_PER_DATAGRAM} messages (recvmmsg + decode + sequence + hand-off vs bare recvmmsg) | {full:.0} | {bare:.0} | {:.2}x |",
@@ -203,13 +345,27 @@ fn main() {
                 per_msg(bare),
                 bare / full
             );
+            println!(
+                "| ingest without the hand-off, per datagram (recvmmsg + decode + sequence) | {no_handoff:.0} | {bare:.0} | {:.2}x |",
+                bare / no_handoff
+            );
         }
         None => println!("| ingest | skipped: loopback multicast unavailable | | |"),
     }
-    let (ours, raw) = handoff();
+    let ((ours, raw), (ours_run, raw_run)) = handoff();
     println!(
-        "| hand-off, per message (consumer queue vs raw SPSC ring) | {ours:.1} | {raw:.1} | {:.2}x |",
+        "| hand-off, one message a record (consumer queue vs raw SPSC ring) | {ours:.1} | {raw:.1} | {:.2}x |",
         raw / ours
+    );
+    println!(
+        "| hand-off, one datagram of {MESSAGES_PER_DATAGRAM} messages a record (run vs raw SPSC ring) | {ours_run:.1} | {raw_run:.1} | {:.2}x |",
+        raw_run / ours_run
+    );
+    println!(
+        "| hand-off, per message of a datagram run | {:.2} | {:.2} | {:.2}x |",
+        ours_run / MESSAGES_PER_DATAGRAM as f64,
+        raw_run / MESSAGES_PER_DATAGRAM as f64,
+        raw_run / ours_run
     );
     println!(
         "(medians; a ratio is baseline time / gapless time, so 1.00x means no cost over the floor)"
