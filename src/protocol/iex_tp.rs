@@ -248,21 +248,29 @@ impl<'a> Packet<'a> {
     /// their message blocks are walked together (see the `blocks` module's notes). A
     /// segment that fails is decoded again alone, for its exact error.
     pub fn decode4(bufs: [&'a [u8]; 4]) -> [Result<Self, DecodeError>; 4] {
-        let heads = bufs.map(Self::decode_header);
-        let blocks = heads
-            .each_ref()
-            .map(|h| h.as_ref().map_or(&[][..], |p| p.payload));
-        let counts = heads.each_ref().map(|h| h.as_ref().map_or(0, |p| p.count));
-        let exact = blocks::exact4::<blocks::Little>(blocks, counts);
-        let mut lane = 0;
-        heads.map(|head| {
-            let (buf, exact) = (bufs.get(lane).copied().unwrap_or_default(), exact.get(lane));
-            lane += 1;
-            match head {
-                Ok(packet) if exact == Some(&true) => Ok(packet),
-                _ => Self::decode(buf),
-            }
-        })
+        let [a, b, c, d] = bufs;
+        let (ha, hb, hc, hd) = (
+            Self::decode_header(a),
+            Self::decode_header(b),
+            Self::decode_header(c),
+            Self::decode_header(d),
+        );
+        let part = |h: &Result<Self, DecodeError>| {
+            h.as_ref().map_or((&[][..], 0), |p| (p.payload, p.count))
+        };
+        let (pa, pb, pc, pd) = (part(&ha), part(&hb), part(&hc), part(&hd));
+        let [ea, eb, ec, ed] =
+            blocks::exact4::<blocks::Little>([pa.0, pb.0, pc.0, pd.0], [pa.1, pb.1, pc.1, pd.1]);
+        let pick = |head: Result<Self, DecodeError>, exact: bool, buf: &'a [u8]| match head {
+            Ok(packet) if exact => Ok(packet),
+            _ => Self::decode(buf),
+        };
+        [
+            pick(ha, ea, a),
+            pick(hb, eb, b),
+            pick(hc, ec, c),
+            pick(hd, ed, d),
+        ]
     }
 
     /// Everything [`Packet::decode`] checks but the blocks.
