@@ -36,7 +36,7 @@ use rtrb::{CopyToUninit, RingBuffer};
 pub use crate::publish::consumer::Consumer;
 use crate::publish::event::{Event, MAX_HEADER_LEN, OVERRUN_LEN};
 use crate::publish::overrun::LossLedger;
-use crate::publish::run::MessageRun;
+use crate::publish::run::{MessageRun, RUN_HEADER_LEN};
 use crate::publish::stats::{ProducerCounts, QueueStats, as_u64};
 
 /// Length of the length prefix of a record.
@@ -137,15 +137,16 @@ impl Producer {
         if !self.ledger.knows(event.stream()) {
             return Pushed::UnknownStream;
         }
-        let markers = self.ledger.pending();
-        let outcome = if self.write_batch(markers, Some(Record::Event(event))) {
-            self.counts.pushed += 1;
-            Pushed::Written
-        } else {
-            self.ledger.record(event);
-            self.counts.dropped += 1;
-            Pushed::Dropped
-        };
+        let record = Record::Event(event);
+        let outcome =
+            if self.write_alone(record) || self.write_batch(self.ledger.pending(), Some(record)) {
+                self.counts.pushed += 1;
+                Pushed::Written
+            } else {
+                self.ledger.record(event);
+                self.counts.dropped += 1;
+                Pushed::Dropped
+            };
         self.publish_counts(outcome, 1);
         outcome
     }
@@ -177,17 +178,18 @@ impl Producer {
         if !self.ledger.knows(run.stream()) {
             return Pushed::UnknownStream;
         }
-        let markers = self.ledger.pending();
         let events = u64::from(run.count());
-        let outcome = if self.write_batch(markers, Some(Record::Run(run))) {
-            self.counts.pushed += events;
-            Pushed::Written
-        } else {
-            self.ledger
-                .record_span(run.stream(), run.first(), run.last(), events);
-            self.counts.dropped += events;
-            Pushed::Dropped
-        };
+        let record = Record::Run(run);
+        let outcome =
+            if self.write_alone(record) || self.write_batch(self.ledger.pending(), Some(record)) {
+                self.counts.pushed += events;
+                Pushed::Written
+            } else {
+                self.ledger
+                    .record_span(run.stream(), run.first(), run.last(), events);
+                self.counts.dropped += events;
+                Pushed::Dropped
+            };
         self.publish_counts(outcome, events);
         outcome
     }
@@ -277,6 +279,38 @@ impl Producer {
         (need <= self.capacity).then_some(need)
     }
 
+    /// The common case, kept short: no marker waits and the record lies in one piece
+    /// of free ring. False, with nothing written, in every other case.
+    #[inline]
+    fn write_alone(&mut self, record: Record<'_, '_>) -> bool {
+        if self.ledger.pending() > 0 {
+            return false;
+        }
+        let Some((head, body)) = record.parts() else {
+            return false;
+        };
+        let head = head.as_slice();
+        let need = head.len() + body.len();
+        let Ok(mut chunk) = self.ring.write_chunk_uninit(need) else {
+            return false;
+        };
+        let (first, second) = chunk.as_mut_slices();
+        if !second.is_empty() || first.len() != need {
+            return false;
+        }
+        let (h, b) = first.split_at_mut(head.len());
+        head.copy_to_uninit(h);
+        body.copy_to_uninit(b);
+        // SAFETY: the chunk is one piece of exactly `need` slots, and every one of them
+        // was just written.
+        unsafe { chunk.commit_all() };
+        if need >= PREFETCH_FROM_RECORD {
+            self.prefetch_ahead();
+        }
+        self.counts.bytes_written += as_u64(need);
+        true
+    }
+
     /// Writes the `markers` oldest overrun markers and then `event` in one
     /// commit, or nothing; true when written.
     #[inline]
@@ -297,10 +331,10 @@ impl Producer {
             written &= self
                 .ledger
                 .marker(index)
-                .is_some_and(|marker| put_record(&mut writer, &marker));
+                .is_some_and(|marker| put_record(&mut writer, Record::Event(&marker)));
         }
         if let Some(record) = record {
-            written &= record.put(&mut writer);
+            written &= put_record(&mut writer, record);
         }
         if !written || !writer.is_full() {
             return false;
@@ -397,7 +431,7 @@ enum Record<'r, 'a> {
     Run(&'r MessageRun<'a>),
 }
 
-impl Record<'_, '_> {
+impl<'a> Record<'_, 'a> {
     /// Length of the record (prefix included); `None` when its length does
     /// not fit the u32 prefix.
     fn len(self) -> Option<usize> {
@@ -409,46 +443,56 @@ impl Record<'_, '_> {
         len.checked_add(RECORD_PREFIX_LEN)
     }
 
-    /// Writes the record; false when it does not fit.
-    fn put(self, writer: &mut SplitWriter<'_>) -> bool {
-        match self {
-            Self::Event(event) => put_record(writer, event),
-            Self::Run(run) => put_run(writer, run),
-        }
+    /// The record as its head (length prefix and header, assembled on the stack) and
+    /// the bytes that follow it; `None` when it cannot be encoded.
+    #[inline]
+    fn parts(self) -> Option<(Head, &'a [u8])> {
+        let mut head = Head {
+            bytes: [0; HEAD_MAX],
+            len: 0,
+        };
+        let (prefix, header) = head.bytes.split_at_mut(RECORD_PREFIX_LEN);
+        let (header_len, body) = match self {
+            Self::Event(event) => {
+                let header = <&mut [u8; MAX_HEADER_LEN]>::try_from(header).ok()?;
+                (event.encode_header(header).ok()?, event.payload())
+            }
+            Self::Run(run) => {
+                let encoded = run.header()?;
+                header.get_mut(..RUN_HEADER_LEN)?.copy_from_slice(&encoded);
+                (RUN_HEADER_LEN, run.blocks())
+            }
+        };
+        let len = u32::try_from(header_len.checked_add(body.len())?).ok()?;
+        prefix.copy_from_slice(&len.to_le_bytes());
+        head.len = RECORD_PREFIX_LEN + header_len;
+        Some((head, body))
     }
 }
 
-/// Writes one run record: its length, the run's header, its blocks.
-fn put_run(writer: &mut SplitWriter<'_>, run: &MessageRun<'_>) -> bool {
-    let Some(header) = run.header() else {
-        return false;
-    };
-    let Ok(len) = u32::try_from(run.encoded_len()) else {
-        return false;
-    };
-    writer.put(&len.to_le_bytes()) && writer.put(&header) && writer.put(run.blocks())
+/// The longest head of a record: its length prefix and the longest header.
+const HEAD_MAX: usize = RECORD_PREFIX_LEN + MAX_HEADER_LEN;
+const _: () = assert!(RUN_HEADER_LEN <= MAX_HEADER_LEN);
+
+/// A record's length prefix and header.
+struct Head {
+    bytes: [u8; HEAD_MAX],
+    len: usize,
 }
 
-/// Writes one record: its length, the event's header, its payload. The length and
-/// the header are assembled on the stack and copied as one piece.
+impl Head {
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// Writes one record; false when it does not fit.
 #[inline]
-fn put_record(writer: &mut SplitWriter<'_>, event: &Event<'_>) -> bool {
-    let mut head = [0u8; RECORD_PREFIX_LEN + MAX_HEADER_LEN];
-    let (prefix, header) = head.split_at_mut(RECORD_PREFIX_LEN);
-    let Ok(header) = <&mut [u8; MAX_HEADER_LEN]>::try_from(header) else {
-        return false;
-    };
-    let Ok(header_len) = event.encode_header(header) else {
-        return false;
-    };
-    let payload = event.payload();
-    let Ok(len) = u32::try_from(header_len + payload.len()) else {
-        return false;
-    };
-    prefix.copy_from_slice(&len.to_le_bytes());
-    head.get(..RECORD_PREFIX_LEN + header_len)
-        .is_some_and(|head| writer.put(head))
-        && writer.put(payload)
+fn put_record(writer: &mut SplitWriter<'_>, record: Record<'_, '_>) -> bool {
+    record
+        .parts()
+        .is_some_and(|(head, body)| writer.put(head.as_slice()) && writer.put(body))
 }
 
 /// Copies bytes into the two (uninitialised) pieces of a write chunk, in order.

@@ -299,10 +299,11 @@ impl FeedSession {
         let mut fours = datagrams.chunks_exact(4);
         for four in &mut fours {
             let &[a, b, c, d] = four else { continue };
-            let decoded = feed::decode4(wire, [a.0, b.0, c.0, d.0]);
-            for ((bytes, recv_ns), decoded) in [a, b, c, d].into_iter().zip(decoded) {
-                self.on_decoded(now, channel, bytes, decoded, recv_ns, via, emit);
-            }
+            let [da, db, dc, dd] = feed::decode4(wire, [a.0, b.0, c.0, d.0]);
+            self.on_decoded(now, channel, a.0, da, a.1, via, emit);
+            self.on_decoded(now, channel, b.0, db, b.1, via, emit);
+            self.on_decoded(now, channel, c.0, dc, c.1, via, emit);
+            self.on_decoded(now, channel, d.0, dd, d.1, via, emit);
         }
         for &(bytes, recv_ns) in fours.remainder() {
             self.on_datagram(now, channel, bytes, recv_ns, via, emit);
