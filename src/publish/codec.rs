@@ -16,6 +16,8 @@ const TAG_HEARTBEAT: u8 = 8;
 
 /// Message flag bit: the message is part of a snapshot.
 const FLAG_SNAPSHOT: u8 = 0b1;
+/// Header length of [`Event::Message`].
+const MESSAGE_HEADER_LEN: usize = 24;
 
 /// Why an event could not be encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -88,6 +90,34 @@ impl<'a> Event<'a> {
         head.copy_from_slice(&header[..header_len]);
         body.copy_from_slice(payload);
         Ok(needed)
+    }
+
+    /// The record head of an [`Event::Message`]: the queue's u32 length prefix, then the
+    /// 24-byte header [`Event::encode_header`] writes, at fixed offsets (the queue's hot
+    /// path). `None` when the payload is too long for the length fields.
+    #[inline]
+    pub(crate) fn message_record_head(
+        stream: u16,
+        seq: u64,
+        recv_ns: u64,
+        snapshot: bool,
+        payload_len: usize,
+    ) -> Option<[u8; 4 + MESSAGE_HEADER_LEN]> {
+        let payload = u32::try_from(payload_len).ok()?;
+        let body = u32::try_from(payload_len.checked_add(MESSAGE_HEADER_LEN)?).ok()?;
+        let [s0, s1] = stream.to_le_bytes();
+        let flags = if snapshot { FLAG_SNAPSHOT } else { 0 };
+        let mut h = [0u8; 4 + MESSAGE_HEADER_LEN];
+        let (prefix, rest) = h.split_at_mut(4);
+        prefix.copy_from_slice(&body.to_le_bytes());
+        let (fixed, rest) = rest.split_at_mut(4);
+        fixed.copy_from_slice(&[TAG_MESSAGE, s0, s1, flags]);
+        let (seq_at, rest) = rest.split_at_mut(8);
+        seq_at.copy_from_slice(&seq.to_le_bytes());
+        let (recv_at, len_at) = rest.split_at_mut(8);
+        recv_at.copy_from_slice(&recv_ns.to_le_bytes());
+        len_at.copy_from_slice(&payload.to_le_bytes());
+        Some(h)
     }
 
     /// Encodes the header (everything but the payload) into `out` and

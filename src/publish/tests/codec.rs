@@ -271,3 +271,26 @@ fn every_truncation_of_a_valid_event_is_rejected() {
         }
     }
 }
+
+#[test]
+fn the_queue_message_head_is_the_length_and_the_encoded_header() {
+    let mut rng = Xorshift::new(77);
+    for len in [0usize, 1, 30, 1000, 65_535] {
+        for snapshot in [false, true] {
+            let (stream, seq, recv_ns) = (rng.next_u64() as u16, rng.next_u64(), rng.next_u64());
+            let payload = vec![0xA5; len];
+            let event = Event::Message {
+                stream,
+                seq,
+                recv_ns,
+                snapshot,
+                payload: &payload,
+            };
+            let head = Event::message_record_head(stream, seq, recv_ns, snapshot, len)
+                .expect("fits the length fields");
+            let mut want = ((24 + len) as u32).to_le_bytes().to_vec();
+            want.extend_from_slice(&encode(&event)[..24]);
+            assert_eq!(head.to_vec(), want, "payload of {len}, snapshot {snapshot}");
+        }
+    }
+}
