@@ -182,16 +182,19 @@ impl Producer {
         }
         let events = u64::from(run.count());
         let record = Record::Run(run);
-        let outcome =
-            if self.write_alone(record) || self.write_batch(self.ledger.pending(), Some(record)) {
-                self.counts.pushed += events;
-                Pushed::Written
-            } else {
-                self.ledger
-                    .record_span(run.stream(), run.first(), run.last(), events);
-                self.counts.dropped += events;
-                Pushed::Dropped
-            };
+        let outcome = if run
+            .record_head()
+            .is_some_and(|head| self.write_fixed(&head, run.blocks()))
+            || self.write_batch(self.ledger.pending(), Some(record))
+        {
+            self.counts.pushed += events;
+            Pushed::Written
+        } else {
+            self.ledger
+                .record_span(run.stream(), run.first(), run.last(), events);
+            self.counts.dropped += events;
+            Pushed::Dropped
+        };
         self.publish_counts(outcome, events);
         outcome
     }
@@ -281,9 +284,7 @@ impl Producer {
         (need <= self.capacity).then_some(need)
     }
 
-    /// The most common record of all, a message alone in one piece of free ring, with
-    /// its head built at fixed offsets and copied at a fixed size. False, with nothing
-    /// written, for anything else.
+    /// A message alone in one piece of free ring, its head built at fixed offsets.
     #[inline]
     fn write_message(&mut self, event: &Event<'_>) -> bool {
         let Event::Message {
@@ -296,17 +297,20 @@ impl Producer {
         else {
             return false;
         };
+        Event::message_record_head(stream, seq, recv_ns, snapshot, payload.len())
+            .is_some_and(|head| self.write_fixed(&head, payload))
+    }
+
+    /// The hot path: no marker waits and the record (a head of fixed size, then `body`)
+    /// lies in one piece of free ring. A head whose size is known here is copied with a
+    /// few moves; one of run-time length was a call (measured: half the time of a
+    /// 30-byte message's hand-off). False, with nothing written, in every other case.
+    #[inline]
+    fn write_fixed<const N: usize>(&mut self, head: &[u8; N], body: &[u8]) -> bool {
         if self.ledger.pending() > 0 {
             return false;
         }
-        let Some(head) = Event::message_record_head(stream, seq, recv_ns, snapshot, payload.len())
-        else {
-            return false;
-        };
-        let need = head.len() + payload.len();
-        if need >= PREFETCH_FROM_RECORD {
-            return false;
-        }
+        let need = N + body.len();
         let Ok(mut chunk) = self.ring.write_chunk_uninit(need) else {
             return false;
         };
@@ -314,12 +318,15 @@ impl Producer {
         if !second.is_empty() || first.len() != need {
             return false;
         }
-        let (h, b) = first.split_at_mut(head.len());
+        let (h, b) = first.split_at_mut(N);
         head.copy_to_uninit(h);
-        payload.copy_to_uninit(b);
+        body.copy_to_uninit(b);
         // SAFETY: the chunk is one piece of exactly `need` slots, and every one of them
         // was just written.
         unsafe { chunk.commit_all() };
+        if need >= PREFETCH_FROM_RECORD {
+            self.prefetch_ahead();
+        }
         self.counts.bytes_written += as_u64(need);
         true
     }

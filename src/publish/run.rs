@@ -29,6 +29,7 @@
 //! write the per-message events a consumer pops.
 
 use crate::publish::event::Event;
+use crate::publish::queue::RECORD_PREFIX_LEN;
 
 /// Tag of a run record's body.
 pub(crate) const RUN_TAG: u8 = 9;
@@ -193,6 +194,17 @@ impl<'a> MessageRun<'a> {
     /// Length of the encoded body (header and blocks).
     pub(crate) const fn encoded_len(&self) -> usize {
         RUN_HEADER_LEN + self.blocks.len()
+    }
+
+    /// The record's head: the queue's u32 length prefix, then the encoded header.
+    pub(crate) fn record_head(&self) -> Option<[u8; RECORD_PREFIX_LEN + RUN_HEADER_LEN]> {
+        let header = self.header()?;
+        let len = u32::try_from(self.encoded_len()).ok()?;
+        let mut head = [0u8; RECORD_PREFIX_LEN + RUN_HEADER_LEN];
+        let (prefix, rest) = head.split_at_mut(RECORD_PREFIX_LEN);
+        prefix.copy_from_slice(&len.to_le_bytes());
+        rest.copy_from_slice(&header);
+        Some(head)
     }
 
     /// The encoded header; `None` when the blocks are too long for its length field.
