@@ -4,10 +4,9 @@
 //! many bytes. Where a block starts depends on the length before it, so
 //! checking one datagram is a chain of dependent loads: about one load's
 //! latency per message, however wide the processor. Four datagrams have four
-//! independent chains, and walking them in lockstep lets their loads overlap
-//! (measured in `benches/ingest.rs`: about 2.4 times the throughput of one
-//! at a time). The rx thread receives datagrams in batches, so it has four at
-//! hand whenever the feed is busy.
+//! independent chains, and walking them in lockstep lets their loads overlap.
+//! The rx thread receives datagrams in batches, so it has four at hand
+//! whenever the feed is busy.
 
 /// Byte order of the u16 block lengths.
 pub(crate) trait Order {

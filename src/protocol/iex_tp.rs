@@ -245,7 +245,7 @@ impl<'a> Packet<'a> {
     }
 
     /// Decodes four segments, with the same result as [`Packet::decode`] on each;
-    /// their message blocks are walked together (see the `blocks` module's notes). A
+    /// their message blocks are walked together, so the walks' loads overlap. A
     /// segment that fails is decoded again alone, for its exact error.
     pub fn decode4(bufs: [&'a [u8]; 4]) -> [Result<Self, DecodeError>; 4] {
         let [a, b, c, d] = bufs;

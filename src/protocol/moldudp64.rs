@@ -366,10 +366,10 @@ impl<'a> Packet<'a> {
         Ok(packet)
     }
 
-    /// Decodes four packets, with the same result as [`Packet::decode`] on each, in
-    /// about half the time when they are well formed: their message blocks are walked
-    /// together (see the `blocks` module's notes). A packet that fails is decoded again
-    /// alone, for its exact error.
+    /// Decodes four packets, with the same result as [`Packet::decode`] on each, and
+    /// faster when they are well formed: their message blocks are walked together, so
+    /// the walks' dependent loads overlap. A packet that fails is decoded again alone,
+    /// for its exact error.
     ///
     /// ```
     /// use gapless::protocol::moldudp64::{Packet, PacketWriter, Session};

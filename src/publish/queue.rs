@@ -1,7 +1,9 @@
 //! The bounded lock-free SPSC queue from the rx thread to one consumer.
 //!
 //! The queue is an [`rtrb`] ring of bytes carrying variable-length records,
-//! each a u32 little-endian length and an [encoded event](super::event):
+//! each a u32 little-endian length and an [encoded event](super::event), or
+//! a [run](super::run) of consecutive messages ([`Producer::push_run`]) that
+//! the consumer receives one message at a time:
 //!
 //! ```text
 //!              write position    read position
@@ -25,7 +27,8 @@
 //!
 //! [`Consumer::pop`] lends the event to a closure. A record that lies in
 //! one piece is read in place; one that wraps is copied into a scratch
-//! buffer allocated once, at the ring's capacity.
+//! buffer allocated once, at the ring's capacity. A run leaves the ring with
+//! its last message.
 
 use std::fmt;
 use std::mem::MaybeUninit;
