@@ -93,9 +93,11 @@ impl Emit for Fanout {
             }
         }
         for p in &mut self.producers {
-            if p.push_run(run) == Pushed::Dropped {
-                self.dropped += count;
-            }
+            // A run longer than a queue goes into it message by message, and only some
+            // may be dropped: count what the queue counted.
+            let before = p.dropped_events();
+            let _ = p.push_run(run);
+            self.dropped += p.dropped_events() - before;
         }
     }
 }

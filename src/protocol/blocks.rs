@@ -34,7 +34,7 @@ impl Order for Little {
 }
 
 /// Far past any block: a length read that fails leaves the position beyond the end.
-const POISON: usize = 1 << 40;
+const POISON: usize = usize::MAX;
 
 /// Offset of the block after the one at `at`; beyond the end when `at` holds no length.
 #[inline(always)]

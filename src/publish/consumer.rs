@@ -62,7 +62,8 @@ impl Consumer {
     /// A [run](crate::publish::run) record is lent out one
     /// [`Event::Message`] a call, and leaves the ring with its last message.
     /// A record that does not decode (only possible if memory is corrupted)
-    /// is skipped and counted in [`QueueStats::discarded`].
+    /// is skipped and counted in [`QueueStats::discarded`]; a corrupted run is
+    /// found block by block, so messages before the damage are still lent.
     pub fn pop<R>(&mut self, f: impl FnOnce(Event<'_>) -> R) -> Option<R> {
         let mut f = f;
         loop {

@@ -141,8 +141,9 @@ impl Producer {
             return Pushed::UnknownStream;
         }
         let record = Record::Event(event);
+        let is_message = matches!(event, Event::Message { .. });
         let outcome = if self.write_message(event)
-            || self.write_alone(record)
+            || (!is_message && self.write_alone(record))
             || self.write_batch(self.ledger.pending(), Some(record))
         {
             self.counts.pushed += 1;
@@ -159,7 +160,9 @@ impl Producer {
     /// Writes a run of consecutive messages as one record, or drops the
     /// whole run (the consumer's overrun marker then spans all of it).
     /// The consumer pops the run as one [`Event::Message`] per message, so
-    /// what it sees is what pushing each message would have given it.
+    /// while the queue has room what it sees is what pushing each message
+    /// would have given it. A run longer than the whole queue is pushed
+    /// message by message instead; `Written` then means all of them were.
     /// Never blocks, never allocates.
     ///
     /// ```
@@ -185,6 +188,11 @@ impl Producer {
         }
         let events = u64::from(run.count());
         let record = Record::Run(run);
+        if record.len().is_none_or(|len| len > self.capacity) {
+            // A run longer than the whole ring could never be written: its messages go
+            // one a record instead, as many as fit.
+            return self.push_each(run);
+        }
         let outcome = if run
             .record_head()
             .is_some_and(|head| self.write_fixed(&head, run.blocks()))
@@ -200,6 +208,22 @@ impl Producer {
         };
         self.publish_counts(outcome, events);
         outcome
+    }
+
+    /// Pushes the messages of `run` one a record: `Written` when all were.
+    fn push_each(&mut self, run: &MessageRun<'_>) -> Pushed {
+        let mut outcome = Pushed::Written;
+        for event in run.events() {
+            if self.push(&event) != Pushed::Written {
+                outcome = Pushed::Dropped;
+            }
+        }
+        outcome
+    }
+
+    /// Events dropped so far for lack of room (each reported in an overrun marker).
+    pub fn dropped_events(&self) -> u64 {
+        self.counts.dropped
     }
 
     /// Counters reach the metrics thread about every 64 events, on every drop and when
@@ -414,11 +438,11 @@ const PREFETCH_AHEAD: usize = 4096;
 const LINE: usize = 64;
 
 impl Producer {
-    /// Asks for the ring's next [`PREFETCH_AHEAD`] bytes of free space for writing, so
-    /// the cache misses of the records to come overlap the work before they are written
-    /// (a ring larger than the cache is cold where the producer writes: the consumer
-    /// read it a lap ago). Only lines not asked for before are prefetched, so a record
-    /// costs about one prefetch per line it fills.
+    /// Prefetches the ring's next [`PREFETCH_AHEAD`] bytes of free space, so the cache
+    /// misses of the records to come overlap the work before they are written (a ring
+    /// larger than the cache is cold where the producer writes: the consumer read it a
+    /// lap ago). Only lines not asked for before are prefetched, so a record costs
+    /// about one prefetch per line it fills.
     #[inline]
     fn prefetch_ahead(&mut self) {
         let ahead = PREFETCH_AHEAD.min(self.ring.slots());
@@ -437,7 +461,7 @@ impl Producer {
             };
             let mut line = from & !(LINE - 1);
             while line < end {
-                prefetch_for_write(line);
+                prefetch_line(line);
                 line += LINE;
             }
             if end > from {
@@ -449,10 +473,12 @@ impl Producer {
 }
 
 #[inline(always)]
-fn prefetch_for_write(address: usize) {
+fn prefetch_line(address: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it reads nothing into the program and cannot fault,
-    // whatever the address; this one is inside the ring's buffer.
+    // whatever the address (this one is in the ring's buffer or the line it starts in).
+    // `_MM_HINT_ET0` is a prefetch for writing where the target enables it, an ordinary
+    // one into the first-level cache otherwise.
     unsafe {
         use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
         _mm_prefetch::<{ _MM_HINT_ET0 }>(address as *const i8);

@@ -5,9 +5,11 @@
 //! rx thread hands the datagram's blocks to each consumer queue as a single
 //! record ([`Producer::push_run`](super::Producer::push_run)) instead of one
 //! record a message, and [`Consumer::pop`](super::Consumer::pop) lends the
-//! messages out one [`Event::Message`] at a time. A consumer sees exactly
-//! what per-message records would have given it; the rx thread writes one
-//! header and copies one block of bytes per datagram.
+//! messages out one [`Event::Message`] at a time. A consumer sees the events
+//! per-message records would have given it, except when its queue overruns:
+//! a run is dropped whole (its overrun marker spans it), and a run longer than
+//! the whole queue goes in message by message. The rx thread writes one header
+//! and copies one block of bytes per datagram.
 //!
 //! # Record layout (queue-internal)
 //!
