@@ -186,20 +186,53 @@ impl gapless::venue::Emit for Discard {
 /// Rounds of the hand-off benchmark; the first, which faults the pages in, is not counted.
 const HANDOFF_ROUNDS: usize = 16;
 
-/// Times `rounds` rounds of `push`, each followed (off the clock) by `drain`; returns the
-/// median nanoseconds per call of `push`, the first round left out.
-fn timed_rounds(n: u64, mut push: impl FnMut(u64), mut drain: impl FnMut()) -> f64 {
-    let mut times = Vec::new();
+/// Times rounds of `ours` and rounds of `raw` in turn, so a drift in the machine's speed
+/// touches both alike; each side is a push run `n` times a round and a drain run after
+/// it off the clock. Returns the median nanoseconds per push of each side, the first
+/// round (which faults the pages in) left out.
+fn timed_pair(
+    n: u64,
+    (mut ours, mut ours_drain): (impl FnMut(u64), impl FnMut()),
+    (mut raw, mut raw_drain): (impl FnMut(u64), impl FnMut()),
+) -> (f64, f64) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..HANDOFF_ROUNDS {
-        let start = Instant::now();
-        for i in 0..n {
-            push(i);
-        }
-        times.push(start.elapsed().as_nanos() as f64 / n as f64);
-        drain();
+        a.push(time_round(n, &mut ours));
+        ours_drain();
+        b.push(time_round(n, &mut raw));
+        raw_drain();
     }
-    times.remove(0);
-    median(times)
+    a.remove(0);
+    b.remove(0);
+    (median(a), median(b))
+}
+
+/// Nanoseconds per call of `push`, over `n` calls.
+fn time_round(n: u64, push: &mut impl FnMut(u64)) -> f64 {
+    let start = Instant::now();
+    for i in 0..n {
+        push(i);
+    }
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// Drains the raw ring record by record, reading each header as the consumer queue's
+/// pop does, so both rings are left in the same state in the cache.
+fn drain_raw(rx: &mut rtrb::Consumer<u8>) {
+    while let Ok(prefix) = rx.read_chunk(4) {
+        let (a, b) = prefix.as_slices();
+        let mut len = [0u8; 4];
+        for (dst, src) in len.iter_mut().zip(a.iter().chain(b)) {
+            *dst = *src;
+        }
+        let len = 4 + u32::from_le_bytes(len) as usize;
+        let Ok(record) = rx.read_chunk(len) else {
+            break;
+        };
+        let (a, b) = record.as_slices();
+        black_box(a.iter().chain(b).nth(4));
+        record.commit_all();
+    }
 }
 
 /// Writes `header` then `body` into the bare ring as one record, the way a hand-written
@@ -227,7 +260,8 @@ fn raw_write(tx: &mut rtrb::Producer<u8>, header: &[u8], body: &[u8]) {
 }
 
 /// The producer side only: rounds of pushes into a queue big enough to hold a round,
-/// drained after the clock stops, for both the consumer queue and the raw ring.
+/// drained after the clock stops, alternating between the consumer queue and the raw
+/// ring.
 ///
 /// Returns (per message: ours, raw) and (per datagram run of 40 messages: ours, raw).
 fn handoff() -> ((f64, f64), (f64, f64)) {
@@ -237,31 +271,11 @@ fn handoff() -> ((f64, f64), (f64, f64)) {
     let payload = [7u8; 30];
     let (mut producer, mut consumer) = publish::channel(BYTES, 1);
     let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(BYTES);
-    // The raw ring is drained record by record, reading each header as the consumer
-    // queue's pop does, so both rings are left in the same state in the cache.
-    let mut drain_raw = || {
-        while let Ok(prefix) = rx.read_chunk(4) {
-            let (a, b) = prefix.as_slices();
-            let mut len = [0u8; 4];
-            for (dst, src) in len.iter_mut().zip(a.iter().chain(b)) {
-                *dst = *src;
-            }
-            let len = 4 + u32::from_le_bytes(len) as usize;
-            let Ok(record) = rx.read_chunk(len) else {
-                break;
-            };
-            let (a, b) = record.as_slices();
-            black_box(a.iter().chain(b).nth(4));
-            record.commit_all();
-        }
-    };
-
     // One 30-byte message a record: the queue's record against the same bytes (record
     // length, 24-byte header, payload) written into the bare ring.
-    let ours = {
-        let (producer, consumer) = (&mut producer, &mut consumer);
-        timed_rounds(
-            N,
+    let (ours, raw) = timed_pair(
+        N,
+        (
             |seq| {
                 let e = Event::Message {
                     stream: 0,
@@ -275,17 +289,16 @@ fn handoff() -> ((f64, f64), (f64, f64)) {
                 let _ = black_box(pushed);
             },
             || while consumer.pop(|_| ()).is_some() {},
-        )
-    };
-    let raw = timed_rounds(
-        N,
-        |seq| {
-            let mut header = [0u8; 4 + 24];
-            header[..4].copy_from_slice(&((24 + payload.len()) as u32).to_le_bytes());
-            header[4..12].copy_from_slice(&seq.to_le_bytes());
-            raw_write(&mut tx, &header, &payload);
-        },
-        &mut drain_raw,
+        ),
+        (
+            |seq| {
+                let mut header = [0u8; 4 + 24];
+                header[..4].copy_from_slice(&((24 + payload.len()) as u32).to_le_bytes());
+                header[4..12].copy_from_slice(&seq.to_le_bytes());
+                raw_write(&mut tx, &header, &payload);
+            },
+            || drain_raw(&mut rx),
+        ),
     );
 
     // One datagram's 40 messages a record (the rx path's in-order case): a run record
@@ -302,25 +315,23 @@ fn handoff() -> ((f64, f64), (f64, f64)) {
     // hand-off; the queue does not care that every round pushes the same sequences.
     let run = MessageRun::new(0, 1, 1, BlockLengths::BigEndian, &blocks, count)
         .expect("the blocks hold 40 messages");
-    let ours_run = {
-        let (producer, consumer) = (&mut producer, &mut consumer);
-        timed_rounds(
-            RUNS,
+    let (ours_run, raw_run) = timed_pair(
+        RUNS,
+        (
             |_| {
                 let _ = black_box(producer.push_run(black_box(&run)));
             },
             || while consumer.pop(|_| ()).is_some() {},
-        )
-    };
-    let raw_run = timed_rounds(
-        RUNS,
-        |i| {
-            let mut header = [0u8; 4 + 28];
-            header[..4].copy_from_slice(&((28 + blocks.len()) as u32).to_le_bytes());
-            header[8..16].copy_from_slice(&black_box(i).to_le_bytes());
-            raw_write(&mut tx, &header, black_box(&blocks));
-        },
-        &mut drain_raw,
+        ),
+        (
+            |i| {
+                let mut header = [0u8; 4 + 28];
+                header[..4].copy_from_slice(&((28 + blocks.len()) as u32).to_le_bytes());
+                header[8..16].copy_from_slice(&black_box(i).to_le_bytes());
+                raw_write(&mut tx, &header, black_box(&blocks));
+            },
+            || drain_raw(&mut rx),
+        ),
     );
     ((ours, raw), (ours_run, raw_run))
 }
