@@ -117,15 +117,7 @@ fn ingest() -> Option<Ingest> {
         // datagram, so the sequences the bare round consumed are not a gap.
         let mut session = FeedSession::new(spec.clone());
         let ns = timed_drain(&sender, &packets, || {
-            let n = batch.recv(fd).unwrap_or(0);
-            // As the rx loop does: the batch's datagrams go to the session together.
-            let mut received = [(&[][..], 0u64); BATCH];
-            for (i, slot) in received.iter_mut().enumerate().take(n) {
-                *slot = (batch.payload(i), 1);
-            }
-            let received = received.get(..n).unwrap_or_default();
-            session.on_datagrams(round, 0, received, Via::Multicast, &mut fanout);
-            n as u64
+            to_session(&mut batch, fd, &mut session, round, &mut fanout)
         })?;
         full.push(ns);
         while consumer.pop(|_| ()).is_some() {}
@@ -136,14 +128,7 @@ fn ingest() -> Option<Ingest> {
         next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
         let mut session = FeedSession::new(spec.clone());
         let ns = timed_drain(&sender, &packets, || {
-            let n = batch.recv(fd).unwrap_or(0);
-            let mut received = [(&[][..], 0u64); BATCH];
-            for (i, slot) in received.iter_mut().enumerate().take(n) {
-                *slot = (batch.payload(i), 1);
-            }
-            let received = received.get(..n).unwrap_or_default();
-            session.on_datagrams(round, 0, received, Via::Multicast, &mut Discard);
-            n as u64
+            to_session(&mut batch, fd, &mut session, round, &mut Discard)
         })?;
         no_handoff.push(ns);
     }
@@ -161,6 +146,25 @@ fn ingest() -> Option<Ingest> {
         full: median(full),
         no_handoff: median(no_handoff),
     })
+}
+
+/// Receives one batch and hands it to the session as the rx loop does (the batch's
+/// datagrams together); returns how many datagrams came.
+fn to_session(
+    batch: &mut RecvBatch,
+    fd: std::os::fd::RawFd,
+    session: &mut FeedSession,
+    now: u64,
+    emit: &mut impl gapless::venue::Emit,
+) -> u64 {
+    let n = batch.recv(fd).unwrap_or(0);
+    let mut received = [(&[][..], 0u64); BATCH];
+    for (i, slot) in received.iter_mut().enumerate().take(n) {
+        *slot = (batch.payload(i), 1);
+    }
+    let received = received.get(..n).unwrap_or_default();
+    session.on_datagrams(now, 0, received, Via::Multicast, emit);
+    n as u64
 }
 
 /// Median nanoseconds per datagram of the three ingest passes.

@@ -109,6 +109,37 @@ pub(crate) fn exact4<O: Order>(blocks: [&[u8]; 4], count: [u16; 4]) -> [bool; 4]
     ]
 }
 
+/// Decodes four datagrams with a codec's pieces: `header` checks everything but the
+/// blocks and returns the packet with its blocks and their count; `whole` is the
+/// codec's one-datagram decode, run again on any datagram whose blocks are not exact
+/// (or whose header failed), so each result is exactly what `whole` gives. Lane by
+/// lane rather than with array maps, so each packet is moved once.
+#[inline]
+pub(crate) fn decode4<'a, P, E, O: Order>(
+    bufs: [&'a [u8]; 4],
+    header: impl Fn(&'a [u8]) -> Result<(P, &'a [u8], u16), E>,
+    whole: impl Fn(&'a [u8]) -> Result<P, E>,
+) -> [Result<P, E>; 4] {
+    let [a, b, c, d] = bufs;
+    let (ha, hb, hc, hd) = (header(a), header(b), header(c), header(d));
+    let part = |h: &Result<(P, &'a [u8], u16), E>| {
+        h.as_ref()
+            .map_or((&[][..], 0), |&(_, blocks, count)| (blocks, count))
+    };
+    let (pa, pb, pc, pd) = (part(&ha), part(&hb), part(&hc), part(&hd));
+    let [ea, eb, ec, ed] = exact4::<O>([pa.0, pb.0, pc.0, pd.0], [pa.1, pb.1, pc.1, pd.1]);
+    let pick = |head: Result<(P, &'a [u8], u16), E>, exact: bool, buf: &'a [u8]| match head {
+        Ok((packet, _, _)) if exact => Ok(packet),
+        _ => whole(buf),
+    };
+    [
+        pick(ha, ea, a),
+        pick(hb, eb, b),
+        pick(hc, ec, c),
+        pick(hd, ed, d),
+    ]
+}
+
 #[cfg(test)]
 #[allow(clippy::indexing_slicing)]
 mod tests {

@@ -248,29 +248,11 @@ impl<'a> Packet<'a> {
     /// their message blocks are walked together, so the walks' loads overlap. A
     /// segment that fails is decoded again alone, for its exact error.
     pub fn decode4(bufs: [&'a [u8]; 4]) -> [Result<Self, DecodeError>; 4] {
-        let [a, b, c, d] = bufs;
-        let (ha, hb, hc, hd) = (
-            Self::decode_header(a),
-            Self::decode_header(b),
-            Self::decode_header(c),
-            Self::decode_header(d),
-        );
-        let part = |h: &Result<Self, DecodeError>| {
-            h.as_ref().map_or((&[][..], 0), |p| (p.payload, p.count))
-        };
-        let (pa, pb, pc, pd) = (part(&ha), part(&hb), part(&hc), part(&hd));
-        let [ea, eb, ec, ed] =
-            blocks::exact4::<blocks::Little>([pa.0, pb.0, pc.0, pd.0], [pa.1, pb.1, pc.1, pd.1]);
-        let pick = |head: Result<Self, DecodeError>, exact: bool, buf: &'a [u8]| match head {
-            Ok(packet) if exact => Ok(packet),
-            _ => Self::decode(buf),
-        };
-        [
-            pick(ha, ea, a),
-            pick(hb, eb, b),
-            pick(hc, ec, c),
-            pick(hd, ed, d),
-        ]
+        blocks::decode4::<_, _, blocks::Little>(
+            bufs,
+            |buf| Self::decode_header(buf).map(|p| (p, p.payload, p.count)),
+            Self::decode,
+        )
     }
 
     /// Everything [`Packet::decode`] checks but the blocks.
