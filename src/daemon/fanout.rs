@@ -51,6 +51,17 @@ impl Fanout {
         }
     }
 
+    /// Records the hand-off latency of `count` messages of `stream` received at
+    /// `recv_ns` (0: unknown, nothing recorded).
+    fn record_handoff(&self, stream: u16, recv_ns: u64, count: u64) {
+        if recv_ns > 0 {
+            let latency = self.now_realtime_ns.saturating_sub(recv_ns).max(1);
+            if let Some(m) = self.stream_metrics.get(usize::from(stream)) {
+                m.record_handoff_n(latency, count);
+            }
+        }
+    }
+
     /// The consumer queues.
     pub fn producers(&self) -> &[Producer] {
         &self.producers
@@ -67,12 +78,7 @@ impl Emit for Fanout {
         | Event::Range { recv_ns, .. } = *event
         {
             self.delivered += 1;
-            if recv_ns > 0 {
-                let latency = self.now_realtime_ns.saturating_sub(recv_ns).max(1);
-                if let Some(m) = self.stream_metrics.get(usize::from(event.stream())) {
-                    m.record_handoff(latency);
-                }
-            }
+            self.record_handoff(event.stream(), recv_ns, 1);
         }
         for p in &mut self.producers {
             if p.push(event) == Pushed::Dropped {
@@ -86,12 +92,7 @@ impl Emit for Fanout {
     fn emit_run(&mut self, run: &MessageRun<'_>) {
         let count = u64::from(run.count());
         self.delivered += count;
-        if run.recv_ns() > 0 {
-            let latency = self.now_realtime_ns.saturating_sub(run.recv_ns()).max(1);
-            if let Some(m) = self.stream_metrics.get(usize::from(run.stream())) {
-                m.record_handoff_n(latency, count);
-            }
-        }
+        self.record_handoff(run.stream(), run.recv_ns(), count);
         for p in &mut self.producers {
             // A run longer than a queue goes into it message by message, and only some
             // may be dropped: count what the queue counted.

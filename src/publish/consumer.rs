@@ -120,9 +120,7 @@ impl Consumer {
             });
             let Some(event) = decoded else {
                 chunk.commit_all();
-                self.counts.bytes_read += as_u64(record_len);
-                self.counts.discarded += 1;
-                self.stats.store_consumer(&self.counts);
+                self.count_discarded(record_len);
                 continue;
             };
             let output = f(event);
@@ -151,9 +149,7 @@ impl Consumer {
         let Some((payload, end)) = block else {
             chunk.commit_all();
             self.run = None;
-            self.counts.bytes_read += as_u64(run.record_len);
-            self.counts.discarded += 1;
-            self.stats.store_consumer(&self.counts);
+            self.count_discarded(run.record_len);
             return Err(f);
         };
         let output = f(Event::Message {
@@ -219,7 +215,12 @@ impl Consumer {
         if let Ok(chunk) = self.ring.read_chunk(waiting) {
             chunk.commit_all();
         }
-        self.counts.bytes_read += as_u64(waiting);
+        self.count_discarded(waiting);
+    }
+
+    /// Counts `bytes` thrown away as one discarded record.
+    fn count_discarded(&mut self, bytes: usize) {
+        self.counts.bytes_read += as_u64(bytes);
         self.counts.discarded += 1;
         self.stats.store_consumer(&self.counts);
     }

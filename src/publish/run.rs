@@ -107,19 +107,13 @@ impl<'a> MessageRun<'a> {
         blocks: &'a [u8],
         count: u32,
     ) -> Option<Self> {
-        let mut messages = Messages {
-            rest: blocks,
-            seq: first,
-            remaining: count,
-            lengths,
-        };
+        let run = Self::validated(stream, first, recv_ns, lengths, blocks, count);
+        let mut messages = run.messages();
         for _ in 0..count {
             messages.next()?;
         }
         (count > 0 && messages.rest.is_empty() && first.checked_add(u64::from(count)).is_some())
-            .then_some(Self::validated(
-                stream, first, recv_ns, lengths, blocks, count,
-            ))
+            .then_some(run)
     }
 
     /// A run whose blocks the caller has already checked (a decoded datagram's).
@@ -173,12 +167,7 @@ impl<'a> MessageRun<'a> {
 
     /// The messages with their sequences, in order.
     pub fn messages(&self) -> Messages<'a> {
-        Messages {
-            rest: self.blocks,
-            seq: self.first,
-            remaining: self.count,
-            lengths: self.lengths,
-        }
+        Messages::new(self.blocks, self.first, self.count, self.lengths)
     }
 
     /// Each message as the [`Event::Message`] a consumer receives.
@@ -284,6 +273,24 @@ pub struct Messages<'a> {
     seq: u64,
     remaining: u32,
     lengths: BlockLengths,
+}
+
+impl<'a> Messages<'a> {
+    /// The first `count` messages of `blocks`, numbered from `first`; it stops early
+    /// at a block that runs past the end.
+    pub(crate) const fn new(
+        blocks: &'a [u8],
+        first: u64,
+        count: u32,
+        lengths: BlockLengths,
+    ) -> Self {
+        Self {
+            rest: blocks,
+            seq: first,
+            remaining: count,
+            lengths,
+        }
+    }
 }
 
 impl<'a> Iterator for Messages<'a> {

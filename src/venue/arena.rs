@@ -4,8 +4,8 @@
 //! A message delivered at once never touches the arena: its bytes are read straight from
 //! the receive buffer. Only when a message of a datagram must be buffered is the datagram
 //! copied, once, into a free slot; every buffered message then refers to `(slot, offset,
-//! len)` and holds one reference. The slot returns to the free list when its last message
-//! is delivered or dropped. With as many slots as the reorder ring may buffer messages, a
+//! len)` and holds one reference, and the datagram holds one more while its messages are
+//! being handled. The slot returns to the free list when its last reference goes. With as many slots as the reorder ring may buffer messages, a
 //! free slot always exists when one is needed: every slot in use holds at least one
 //! buffered message.
 
@@ -100,14 +100,6 @@ impl PacketArena {
         }
     }
 
-    /// Frees a stored slot that holds no reference (none was taken, or all were
-    /// released). A slot still referenced, or already free, is left alone.
-    pub fn release_unreferenced(&mut self, slot: u32) {
-        if self.refs.get(slot as usize) == Some(&0) {
-            self.free_slot(slot);
-        }
-    }
-
     fn free_slot(&mut self, slot: u32) {
         if let Some(used) = self.in_use.get_mut(slot as usize)
             && *used
@@ -148,7 +140,8 @@ mod tests {
         };
         assert_eq!(arena.get(msg), Some((&b"world"[..], 7)));
         let b = arena.store(b"x", 8).unwrap();
-        arena.release_unreferenced(b);
+        arena.retain(b);
+        arena.release(b);
         assert_eq!(arena.free_slots(), 1);
         arena.release(a);
         assert_eq!(arena.free_slots(), 1);

@@ -3,7 +3,7 @@
 //! messages, with count 0 as a heartbeat.
 
 use crate::protocol::{ProtocolError, iex_tp, moldudp64};
-use crate::publish::run::BlockLengths;
+use crate::publish::run::{self, BlockLengths};
 
 /// The wire format of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,25 +60,6 @@ pub enum Kind {
     EndOfSession,
 }
 
-/// The messages of a decoded datagram, borrowed from it.
-pub enum Messages<'a> {
-    /// MoldUDP64 message blocks.
-    Mold(moldudp64::Messages<'a>),
-    /// IEX-TP message blocks.
-    Iex(iex_tp::Messages<'a>),
-}
-
-impl<'a> Iterator for Messages<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        match self {
-            Self::Mold(m) => m.next(),
-            Self::Iex(m) => m.next(),
-        }
-    }
-}
-
 /// A decoded datagram, fully validated (iterating its messages cannot fail).
 pub struct Datagram<'a> {
     /// Session identity (the epoch).
@@ -89,12 +70,18 @@ pub struct Datagram<'a> {
     pub kind: Kind,
     /// Number of messages.
     pub count: u16,
-    /// The messages.
-    pub messages: Messages<'a>,
     /// The messages' blocks as received (length-prefixed, in `lengths` byte order).
     pub blocks: &'a [u8],
     /// Byte order of the blocks' length prefixes.
     pub lengths: BlockLengths,
+}
+
+impl<'a> Datagram<'a> {
+    /// The messages with their sequences, in order (none for a heartbeat or end of
+    /// session).
+    pub fn messages(&self) -> run::Messages<'a> {
+        run::Messages::new(self.blocks, self.seq, u32::from(self.count), self.lengths)
+    }
 }
 
 /// Decodes one datagram of `wire`.
@@ -134,7 +121,6 @@ fn from_mold(p: moldudp64::Packet<'_>) -> Datagram<'_> {
         seq: p.sequence(),
         kind,
         count,
-        messages: Messages::Mold(p.messages()),
         blocks: p.blocks(),
         lengths: BlockLengths::BigEndian,
     }
@@ -151,7 +137,6 @@ fn from_iex(p: iex_tp::Packet<'_>) -> Datagram<'_> {
         seq: p.sequence(),
         kind,
         count: p.message_count(),
-        messages: Messages::Iex(p.messages()),
         blocks: p.blocks(),
         lengths: BlockLengths::LittleEndian,
     }

@@ -376,8 +376,7 @@ impl FeedSession {
                 }
                 c.stats.messages += u64::from(d.count);
                 let mut stored: Option<u32> = None;
-                for (i, msg) in d.messages.enumerate() {
-                    let seq = d.seq.saturating_add(i as u64);
+                for (seq, msg) in d.messages() {
                     self.message(
                         now,
                         channel,
