@@ -136,6 +136,7 @@ pub struct Producer {
 impl Producer {
     /// Writes `event` if it fits with the pending overrun markers, and drops
     /// it otherwise. Never blocks, never allocates.
+    #[inline]
     pub fn push(&mut self, event: &Event<'_>) -> Pushed {
         if !self.ledger.knows(event.stream()) {
             return Pushed::UnknownStream;
