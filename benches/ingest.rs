@@ -5,6 +5,8 @@
 //!    consumer queue; the baseline is a bare `recvmmsg` drain of the same datagrams.
 //!    Two more passes show where the time goes: the same without the hand-off, and the
 //!    bare drain plus a plain copy of each datagram into a raw ring of the queue's size.
+//!    A last pass is the full path with the consumer popping on another thread meanwhile
+//!    (in the other passes it drains after the clock stops).
 //! 2. Hand-off: one message event pushed into the consumer queue (encode, record framing,
 //!    overrun bookkeeping) against the same bytes pushed into the raw SPSC ring.
 //!
@@ -90,7 +92,7 @@ fn ingest() -> Option<Ingest> {
     let fd = socket.as_raw_fd();
     let mut batch = RecvBatch::new(BATCH, 2048);
     let (mut bare, mut full, mut no_handoff) = (Vec::new(), Vec::new(), Vec::new());
-    let mut bare_copy = Vec::new();
+    let (mut bare_copy, mut live) = (Vec::new(), Vec::new());
     // A bare ring of the consumer queue's size, for the copy floor below.
     let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(QUEUE_BYTES);
     let channel = ChannelSpec {
@@ -104,6 +106,12 @@ fn ingest() -> Option<Ingest> {
     // The daemon's default consumer queue (65,536 slots of 64 bytes): a round fits.
     let (producer, mut consumer) = publish::channel(QUEUE_BYTES, 1);
     let mut fanout = Fanout::new(vec![producer]);
+    // A second queue of the same size, drained by a consumer on another thread while
+    // the rx side runs, as in the daemon.
+    let (live_producer, live_consumer) = publish::channel(QUEUE_BYTES, 1);
+    let mut live_fanout = Fanout::new(vec![live_producer]);
+    let drainer = Drainer::spawn(live_consumer);
+    let mut live_popped = 0;
     let mut next_seq = 1;
     for round in 0..ROUNDS {
         let packets = datagrams(next_seq);
@@ -153,14 +161,36 @@ fn ingest() -> Option<Ingest> {
         })?;
         bare_copy.push(ns);
         drain_raw(&mut rx);
+
+        // The full path again, the consumer draining its queue at the same time.
+        let packets = datagrams(next_seq);
+        next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
+        let mut session = FeedSession::new(spec.clone());
+        drainer.expect(DATAGRAMS * MESSAGES_PER_DATAGRAM);
+        let ns = timed_drain(&sender, &packets, || {
+            to_session(&mut batch, fd, &mut session, round, &mut live_fanout)
+        })?;
+        live.push(ns);
+        live_popped += drainer.wait()?;
     }
+    assert_eq!(
+        live_popped,
+        ROUNDS * DATAGRAMS * MESSAGES_PER_DATAGRAM,
+        "every message reached the concurrent consumer"
+    );
     assert_eq!(
         delivered,
         ROUNDS * DATAGRAMS * MESSAGES_PER_DATAGRAM,
         "every message handed off"
     );
     // The first rounds fault the queue's and the session's pages in: not measured.
-    for times in [&mut bare, &mut full, &mut no_handoff, &mut bare_copy] {
+    for times in [
+        &mut bare,
+        &mut full,
+        &mut no_handoff,
+        &mut bare_copy,
+        &mut live,
+    ] {
         times.drain(..3);
     }
     Some(Ingest {
@@ -168,6 +198,7 @@ fn ingest() -> Option<Ingest> {
         full: median(full),
         no_handoff: median(no_handoff),
         bare_copy: median(bare_copy),
+        live: median(live),
     })
 }
 
@@ -196,6 +227,65 @@ struct Ingest {
     full: f64,
     no_handoff: f64,
     bare_copy: f64,
+    live: f64,
+}
+
+/// A consumer on its own thread, popping while the rx side runs.
+struct Drainer {
+    start: Option<crossbeam_channel::Sender<u64>>,
+    done: crossbeam_channel::Receiver<u64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drainer {
+    /// Moves `consumer` to a thread that, for each count it is given, pops that many
+    /// messages (yielding while the queue is empty, for five seconds at most) and
+    /// reports how many it got.
+    fn spawn(mut consumer: publish::Consumer) -> Self {
+        let (start, starts) = crossbeam_channel::bounded::<u64>(1);
+        let (report, done) = crossbeam_channel::bounded(1);
+        let thread = std::thread::spawn(move || {
+            for expected in starts {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut got = 0;
+                while got < expected && Instant::now() < deadline {
+                    match consumer.pop(|e| black_box(e.stream())) {
+                        Some(_) => got += 1,
+                        None => std::thread::yield_now(),
+                    }
+                }
+                if report.send(got).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            start: Some(start),
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    /// Starts popping `messages` messages.
+    fn expect(&self, messages: u64) {
+        if let Some(start) = &self.start {
+            let _ = start.send(messages);
+        }
+    }
+
+    /// How many the thread popped of what it was last told to expect.
+    fn wait(&self) -> Option<u64> {
+        self.done.recv_timeout(Duration::from_secs(10)).ok()
+    }
+}
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        self.start = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Takes every event and run and does nothing with them.
@@ -373,6 +463,7 @@ fn main() {
             full,
             no_handoff,
             bare_copy,
+            live,
         }) => {
             let per_msg = |ns: f64| ns / MESSAGES_PER_DATAGRAM as f64;
             println!(
@@ -392,6 +483,10 @@ fn main() {
             println!(
                 "| bare recvmmsg + a copy of each datagram into a raw SPSC ring of the queue's size, per datagram (the floor of any copying hand-off) | {bare_copy:.0} | {bare:.0} | {:.2}x |",
                 bare / bare_copy
+            );
+            println!(
+                "| ingest, per datagram, the consumer draining on another thread meanwhile | {live:.0} | {bare:.0} | {:.2}x |",
+                bare / live
             );
         }
         None => println!("| ingest | skipped: loopback multicast unavailable | | |"),
