@@ -50,8 +50,9 @@ pub const OVERRUN_RECORD_LEN: usize = RECORD_PREFIX_LEN + OVERRUN_LEN;
 /// Creates a queue of `capacity_bytes` bytes for events on streams
 /// `0..streams`.
 ///
-/// The capacity is raised, if needed, to hold one overrun marker per stream,
-/// so pending markers can always be written once the consumer catches up.
+/// Beyond those bytes the ring keeps room for one overrun marker per stream
+/// that only markers may use once the producer is dropped: a consumer still
+/// learns of the last loss when the rx side goes away with its queue full.
 /// Every buffer is allocated here; pushing and popping allocate nothing.
 ///
 /// ```
@@ -93,13 +94,15 @@ pub const OVERRUN_RECORD_LEN: usize = RECORD_PREFIX_LEN + OVERRUN_LEN;
 /// ```
 pub fn channel(capacity_bytes: usize, streams: usize) -> (Producer, Consumer) {
     let ledger = LossLedger::new(streams);
-    let capacity = capacity_bytes.max(ledger.streams().max(1) * OVERRUN_RECORD_LEN);
-    let (ring_tx, ring_rx) = RingBuffer::new(capacity);
+    let capacity = capacity_bytes.max(OVERRUN_RECORD_LEN);
+    let reserve = ledger.streams().max(1) * OVERRUN_RECORD_LEN;
+    let (ring_tx, ring_rx) = RingBuffer::new(capacity + reserve);
     let stats = Arc::new(QueueStats::new(capacity));
     let producer = Producer {
         ring: ring_tx,
         ledger,
         capacity,
+        reserve,
         counts: ProducerCounts::default(),
         stats: Arc::clone(&stats),
         prefetched_to: 0,
@@ -127,6 +130,8 @@ pub struct Producer {
     ring: rtrb::Producer<u8>,
     ledger: LossLedger,
     capacity: usize,
+    /// Ring bytes beyond `capacity`, kept free for the markers written on drop.
+    reserve: usize,
     counts: ProducerCounts,
     stats: Arc<QueueStats>,
     /// Address up to which the ring was last prefetched (see `prefetch_ahead`).
@@ -145,7 +150,7 @@ impl Producer {
         let is_message = matches!(event, Event::Message { .. });
         let outcome = if self.write_message(event)
             || (!is_message && self.write_alone(record))
-            || self.write_batch(self.ledger.pending(), Some(record))
+            || self.write_batch(self.ledger.pending(), Some(record), Keep::Reserve)
         {
             self.counts.pushed += 1;
             Pushed::Written
@@ -197,7 +202,7 @@ impl Producer {
         let outcome = if run
             .record_head()
             .is_some_and(|head| self.write_in_one_piece(&head, run.blocks()))
-            || self.write_batch(self.ledger.pending(), Some(record))
+            || self.write_batch(self.ledger.pending(), Some(record), Keep::Reserve)
         {
             self.counts.pushed += events;
             Pushed::Written
@@ -245,12 +250,27 @@ impl Producer {
             self.stats.store_producer(&self.counts);
             return 0;
         }
-        let fit = (self.ring.slots() / OVERRUN_RECORD_LEN).min(pending);
-        if fit == 0 || !self.write_batch(fit, None) {
+        self.flush_markers(pending, Keep::Reserve)
+    }
+
+    /// Writes as many of the `pending` markers as fit, leaving `keep` free.
+    fn flush_markers(&mut self, pending: usize, keep: Keep) -> usize {
+        let free = self.ring.slots().saturating_sub(self.kept(keep));
+        let fit = (free / OVERRUN_RECORD_LEN).min(pending);
+        if fit == 0 || !self.write_batch(fit, None, keep) {
             return 0;
         }
         self.stats.store_producer(&self.counts);
         fit
+    }
+
+    /// Bytes a write must leave free.
+    #[inline]
+    fn kept(&self, keep: Keep) -> usize {
+        match keep {
+            Keep::Reserve => self.reserve,
+            Keep::Nothing => 0,
+        }
     }
 
     /// True when [`Producer::push`] would write `event` now. Room only grows
@@ -261,7 +281,7 @@ impl Producer {
         self.ledger.knows(event.stream())
             && self
                 .batch_len(self.ledger.pending(), Some(Record::Event(event)))
-                .is_some_and(|need| need <= self.ring.slots())
+                .is_some_and(|need| need + self.reserve <= self.ring.slots())
     }
 
     /// Number of streams with an overrun marker waiting to be written.
@@ -274,6 +294,11 @@ impl Producer {
         self.capacity
     }
 
+    /// Size of the whole ring: the capacity and the room kept for markers.
+    pub(crate) fn ring_len(&self) -> usize {
+        self.capacity + self.reserve
+    }
+
     /// Number of streams the queue carries (ids `0..streams`).
     pub fn streams(&self) -> usize {
         self.ledger.streams()
@@ -281,12 +306,12 @@ impl Producer {
 
     /// Bytes free for writing now.
     pub fn free_bytes(&self) -> usize {
-        self.ring.slots()
+        self.ring.slots().saturating_sub(self.reserve)
     }
 
     /// Bytes written and not yet read now.
     pub fn fill_bytes(&self) -> usize {
-        self.capacity.saturating_sub(self.ring.slots())
+        (self.capacity + self.reserve).saturating_sub(self.ring.slots())
     }
 
     /// The queue's counters, to hand to a metrics thread.
@@ -309,7 +334,7 @@ impl Producer {
         let need = markers
             .checked_mul(OVERRUN_RECORD_LEN)?
             .checked_add(record)?;
-        (need <= self.capacity).then_some(need)
+        (need <= self.ring_len()).then_some(need)
     }
 
     /// A message alone in one piece of free ring, its head built at fixed offsets.
@@ -348,19 +373,19 @@ impl Producer {
             return false;
         }
         let need = head.len() + body.len();
-        let Ok(mut chunk) = self.ring.write_chunk_uninit(need) else {
+        let Ok(mut chunk) = self.ring.write_chunk_uninit(need + self.reserve) else {
             return false;
         };
-        let (first, second) = chunk.as_mut_slices();
-        if !second.is_empty() || first.len() != need {
+        let (first, _) = chunk.as_mut_slices();
+        let Some(record) = first.get_mut(..need) else {
             return false;
-        }
-        let (h, b) = first.split_at_mut(head.len());
+        };
+        let (h, b) = record.split_at_mut(head.len());
         head.copy_to_uninit(h);
         body.copy_to_uninit(b);
-        // SAFETY: the chunk is one piece of exactly `need` slots, and every one of them
-        // was just written.
-        unsafe { chunk.commit_all() };
+        // SAFETY: the chunk's first `need` slots lie in its first piece, and every one of
+        // them was just written.
+        unsafe { chunk.commit(need) };
         if need >= PREFETCH_FROM_RECORD {
             self.prefetch_ahead();
         }
@@ -369,19 +394,24 @@ impl Producer {
     }
 
     /// Writes the `markers` oldest overrun markers and then `event` in one
-    /// commit, or nothing; true when written.
+    /// commit, leaving `keep` free, or nothing; true when written.
     #[inline]
-    fn write_batch(&mut self, markers: usize, record: Option<Record<'_, '_>>) -> bool {
+    fn write_batch(&mut self, markers: usize, record: Option<Record<'_, '_>>, keep: Keep) -> bool {
         let Some(need) = self.batch_len(markers, record) else {
             return false;
         };
         // Uninitialised slots: every byte is copied in below, and the chunk is committed
-        // only when the writer has filled it exactly (zero-filling first cost as much as
-        // the copy itself in the hand-off benchmark).
-        let Ok(mut chunk) = self.ring.write_chunk_uninit(need) else {
+        // only when the writer has filled its first `need` slots exactly (zero-filling
+        // first cost as much as the copy itself in the hand-off benchmark).
+        let Ok(mut chunk) = self.ring.write_chunk_uninit(need + self.kept(keep)) else {
             return false;
         };
         let (head, tail) = chunk.as_mut_slices();
+        let in_head = head.len().min(need);
+        let (head, _) = head.split_at_mut(in_head);
+        let Some(tail) = tail.get_mut(..need - in_head) else {
+            return false;
+        };
         let mut writer = SplitWriter { head, tail };
         let mut written = true;
         for index in 0..markers {
@@ -396,9 +426,9 @@ impl Producer {
         if !written || !writer.is_full() {
             return false;
         }
-        // SAFETY: `writer.is_full()` means `put` initialised every slot of both pieces of
-        // the chunk, which is what `commit_all` requires.
-        unsafe { chunk.commit_all() };
+        // SAFETY: `writer.is_full()` means `put` initialised every slot it was given: the
+        // chunk's first `need` slots, which is what `commit(need)` requires.
+        unsafe { chunk.commit(need) };
         if need >= PREFETCH_FROM_RECORD {
             self.prefetch_ahead();
         }
@@ -407,6 +437,15 @@ impl Producer {
         self.counts.bytes_written += as_u64(need);
         true
     }
+}
+
+/// What a write leaves free in the ring.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// The room for one marker per stream (every write while the producer lives).
+    Reserve,
+    /// Nothing (the markers written on drop).
+    Nothing,
 }
 
 /// Records at least this long also prefetch the ring ahead of the write position.
@@ -466,10 +505,10 @@ fn prefetch_line(address: usize) {
 }
 
 impl Drop for Producer {
-    /// Writes what pending markers fit, so a consumer still draining learns
-    /// of the last loss.
+    /// Writes the pending markers into the room kept for them, so a consumer
+    /// still draining learns of the last loss.
     fn drop(&mut self) {
-        self.flush_overrun();
+        self.flush_markers(self.ledger.pending(), Keep::Nothing);
     }
 }
 

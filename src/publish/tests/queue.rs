@@ -28,30 +28,38 @@ fn pop_bytes(consumer: &mut Consumer) -> Option<Vec<u8>> {
     consumer.pop(|event| encode(&event))
 }
 
-/// Moves both ends of an empty ring of `capacity` bytes to `offset`.
+/// Moves both ends of an empty ring to `offset`, with records of at most the queue's
+/// capacity.
 fn advance(producer: &mut Producer, consumer: &mut Consumer, offset: usize) {
     let capacity = producer.capacity();
     let buf = vec![7; capacity];
-    let steps: Vec<usize> = match offset {
-        0 => Vec::new(),
-        _ if offset >= EMPTY_MESSAGE_RECORD => vec![offset],
-        _ => {
-            let total = capacity + offset;
-            vec![total / 2, total - total / 2]
-        }
+    let mut left = match offset {
+        0 => 0,
+        _ if offset >= EMPTY_MESSAGE_RECORD => offset,
+        _ => producer.ring_len() + offset,
     };
-    for step in steps {
+    while left > 0 {
+        let mut step = left.min(capacity);
+        if (1..EMPTY_MESSAGE_RECORD).contains(&(left - step)) {
+            step = left - EMPTY_MESSAGE_RECORD;
+        }
         assert_eq!(producer.push(&filler(step, &buf)), Pushed::Written);
         assert!(pop_bytes(consumer).is_some());
+        left -= step;
     }
     assert!(consumer.is_empty());
+}
+
+/// Length of the ring of a queue made with `channel(capacity, streams)`.
+fn ring_len(capacity: usize, streams: usize) -> usize {
+    channel(capacity, streams).0.ring_len()
 }
 
 #[test]
 fn every_kind_round_trips_at_every_offset() {
     const CAPACITY: usize = 160;
     let payload: Vec<u8> = (1..=40).collect();
-    for offset in 0..CAPACITY {
+    for offset in 0..ring_len(CAPACITY, 16) {
         for event in every_kind(&payload)
             .iter()
             .filter(|event| event.stream() < 16)
@@ -73,7 +81,7 @@ fn every_kind_round_trips_at_every_offset() {
 fn overrun_marker_round_trips_at_every_offset() {
     const CAPACITY: usize = 96;
     let buf = [3u8; CAPACITY];
-    for offset in 0..CAPACITY {
+    for offset in 0..ring_len(CAPACITY, 2) {
         let (mut producer, mut consumer) = channel(CAPACITY, 2);
         advance(&mut producer, &mut consumer, offset);
         let big = filler(CAPACITY - 10, &buf);
@@ -135,12 +143,42 @@ fn record_larger_than_the_ring_is_dropped_and_reported() {
 }
 
 #[test]
-fn capacity_holds_a_marker_per_stream() {
+fn capacity_holds_a_marker_and_the_ring_keeps_a_marker_per_stream() {
     let (producer, consumer) = channel(10, 4);
-    assert_eq!(producer.capacity(), 4 * OVERRUN_RECORD_LEN);
+    assert_eq!(producer.capacity(), OVERRUN_RECORD_LEN);
+    assert_eq!(producer.ring_len(), 5 * OVERRUN_RECORD_LEN);
     assert_eq!(consumer.capacity(), producer.capacity());
     assert_eq!(producer.streams(), 4);
     assert_eq!(OVERRUN_RECORD_LEN, RECORD_PREFIX_LEN + OVERRUN_LEN);
+}
+
+#[test]
+fn a_producer_dropped_with_its_queue_full_still_reports_every_loss() {
+    let (mut producer, mut consumer) = channel(64, 4);
+    let buf = [1u8; 64];
+    let full = filler(64, &buf);
+    assert_eq!(producer.push(&full), Pushed::Written);
+    assert_eq!(producer.free_bytes(), 0);
+    for stream in [2, 0, 3, 1] {
+        assert_eq!(producer.push(&message(stream, 9, b"x")), Pushed::Dropped);
+    }
+    assert_eq!(
+        producer.flush_overrun(),
+        0,
+        "no room while the producer lives"
+    );
+    drop(producer);
+    assert_eq!(pop_bytes(&mut consumer), Some(encode(&full)));
+    for stream in [2, 0, 3, 1] {
+        let marker = Event::Overrun {
+            stream,
+            from: 9,
+            to: 9,
+            events: 1,
+        };
+        assert_eq!(pop_bytes(&mut consumer), Some(encode(&marker)));
+    }
+    assert_eq!(pop_bytes(&mut consumer), None);
 }
 
 #[test]
