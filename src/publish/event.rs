@@ -180,9 +180,13 @@ pub enum Event<'a> {
     },
     /// This consumer fell behind and lost events on the stream.
     ///
-    /// `from..=to` spans the sequences of the messages and range frames
-    /// lost; when only events without a sequence were lost, `from` is
-    /// `u64::MAX` and `to` is 0. `events` counts lost events of any kind.
+    /// `from..=to` spans the sequences of the live messages and range frames
+    /// lost; when only events without a sequence were lost (states, snapshot
+    /// messages, which carry none of the feed's), `from` is `u64::MAX` and
+    /// `to` is 0. `events` counts lost events of any kind. One marker covers
+    /// one unbroken loss on its stream: if that loss spans a session change
+    /// (the lost state event says so), the range spans both sessions'
+    /// numbers.
     Overrun {
         /// Stream that lost events.
         stream: u16,

@@ -72,7 +72,12 @@ impl LossLedger {
                 from, to, events, ..
             } => (from, to, events.max(1)),
             Event::Range { first, last, .. } => (first.min(last), first.max(last), 1),
-            Event::Message { seq, .. } => (seq, seq, 1),
+            // A snapshot message's `seq` is not one of the feed's sequences.
+            Event::Message {
+                seq,
+                snapshot: false,
+                ..
+            } => (seq, seq, 1),
             _ => (u64::MAX, 0, 1),
         };
         self.record_span(event.stream(), low, high, count)

@@ -83,7 +83,9 @@ impl Model {
         if loss.2 == 0 {
             self.pending.push_back(event.stream());
         }
-        if let Some(seqs) = event.sequences() {
+        // A snapshot message's seq is not a sequence of the feed's.
+        let snapshot = matches!(event, Event::Message { snapshot: true, .. });
+        if let Some(seqs) = event.sequences().filter(|_| !snapshot) {
             loss.0 = loss.0.min(*seqs.start());
             loss.1 = loss.1.max(*seqs.end());
         }
