@@ -397,3 +397,25 @@ fn multiple_errors_reported_together() {
         "{text}"
     );
 }
+
+#[test]
+fn more_streams_than_consumer_stream_ids_is_out_of_range() {
+    // 65,537 channels: one more than u16 stream ids can number.
+    let mut text = String::from("[[venue]]\nname = \"wide\"\nkind = \"moldudp64\"\n");
+    for i in 0..=65_536u32 {
+        let [_, a, b, c] = i.to_be_bytes();
+        text.push_str(&format!(
+            "[[venue.channel]]\nname = \"c{i}\"\ngroup = \"239.{a}.{b}.{c}:5000\"\n"
+        ));
+    }
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 1, "{errors}");
+    let message = check(
+        &errors.errors()[0],
+        ErrorKind::OutOfRange,
+        "1:1",
+        "venue",
+        "at most 65536",
+    );
+    assert!(message.contains("65537 streams"), "{message}");
+}

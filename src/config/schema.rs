@@ -154,6 +154,17 @@ pub struct Venue {
     pub kind: VenueKind,
 }
 
+impl VenueKind {
+    /// How many consumer streams the venue has: one per channel or symbol.
+    pub fn stream_count(&self) -> usize {
+        match self {
+            Self::MoldUdp64 { channels, .. } => channels.len(),
+            Self::IexTp { channels, .. } => channels.len(),
+            Self::Binance { symbols, .. } => symbols.len(),
+        }
+    }
+}
+
 /// A venue's protocol with the settings only that protocol has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VenueKind {

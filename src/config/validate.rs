@@ -136,8 +136,26 @@ fn venues(list: &List<RawVenue>, report: &mut Report<'_>) -> Option<Vec<Venue>> 
         }
         built.push(venue::venue(table, &path, report));
     }
-    built.into_iter().collect()
+    let built: Vec<Venue> = built.into_iter().collect::<Option<_>>()?;
+    // Every stream gets a u16 consumer stream id, numbered across the venues in order.
+    let streams: usize = built.iter().map(|v| v.kind.stream_count()).sum();
+    if streams > MAX_STREAMS {
+        let found = format!("{streams} streams (channels and symbols) in all");
+        let expected = format!("at most {MAX_STREAMS}, one consumer stream id each");
+        report.push(
+            ErrorKind::OutOfRange,
+            &list.span(),
+            &path,
+            &found,
+            &expected,
+        );
+        return None;
+    }
+    Some(built)
 }
+
+/// Consumer stream ids are u16: this many streams at most across all venues.
+pub const MAX_STREAMS: usize = 1 << 16;
 
 fn sinks(list: &List<RawSink>, report: &mut Report<'_>) -> Option<Vec<Sink>> {
     let Some(list) = list else {

@@ -165,7 +165,7 @@ impl Daemon {
         let mut warnings = Vec::new();
         let mut base = 0u16;
         for venue in &self.config.venues {
-            let count = venue_streams(&venue.kind).len() as u16;
+            let count = u16::try_from(venue.kind.stream_count()).unwrap_or(u16::MAX);
             let name = venue.name.as_str().to_string();
             if let Some((spec, ws, rest, speed)) = binance_spec(venue, base) {
                 let token = mio::Token(BINANCE_TOKEN_BASE + binance.len());
@@ -195,7 +195,7 @@ impl Daemon {
         }
 
         let registry = Arc::new(Registry::new());
-        let stream_metrics: Vec<Arc<StreamMetrics>> = (0..streams as u16)
+        let stream_metrics: Vec<Arc<StreamMetrics>> = stream_ids(streams)
             .map(|id| {
                 let (venue, stream) = names.get(id);
                 registry.add_stream(venue, stream)
@@ -232,7 +232,7 @@ impl Daemon {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         let _ = std::fs::create_dir_all(dir);
                     }
-                    let table: Vec<StreamName> = (0..streams as u16)
+                    let table: Vec<StreamName> = stream_ids(streams)
                         .map(|id| {
                             let (venue, stream) = names.get(id);
                             StreamName {
@@ -344,6 +344,12 @@ impl Daemon {
 }
 
 /// The stream names of a venue, in channel or symbol order.
+/// The consumer stream ids of `streams` streams (at most 65,536, as the configuration
+/// checks).
+fn stream_ids(streams: usize) -> impl Iterator<Item = u16> {
+    (0..=u16::MAX).take(streams)
+}
+
 fn venue_streams(kind: &VenueKind) -> Vec<String> {
     match kind {
         VenueKind::MoldUdp64 { channels, .. } => channels

@@ -55,6 +55,8 @@ pub struct FeedSpec {
     /// The wire format.
     pub wire: Wire,
     /// Stream id of the first channel in consumer events; channel `i` is `stream_base + i`.
+    /// The ids must fit a u16 (`stream_base + channels.len()` at most 65,536), or the
+    /// last channels share id 65,535; the daemon's configuration check ensures it.
     pub stream_base: u16,
     /// The channels.
     pub channels: Vec<ChannelSpec>,
