@@ -1,5 +1,6 @@
 //! Steady-state ingest allocates nothing: a counting global allocator watches the detector
-//! through in-order delivery, reordering, gaps, backfill and heartbeats.
+//! through in-order delivery, reordering, gaps, backfill and heartbeats, and a venue
+//! session through a fill that releases its whole reorder window.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -101,4 +102,57 @@ fn steady_state_ingest_allocates_nothing() {
     assert!(detector.is_trading_authorized(a));
     assert!(detector.is_trading_authorized(b));
     assert_eq!(detector.stats(a).delivered, seq - 1);
+}
+
+/// A fill that releases a whole reorder window at once delivers through the session's
+/// output buffer without growing it.
+#[test]
+fn a_fill_that_releases_a_full_reorder_window_allocates_nothing() {
+    use gapless::protocol::moldudp64::{PacketWriter, Session};
+    use gapless::publish::Event;
+    use gapless::venue::{ChannelSpec, Emit, FeedSession, FeedSpec, Via, Wire};
+
+    struct Messages(u64);
+    impl Emit for Messages {
+        fn emit(&mut self, event: &Event<'_>) {
+            if matches!(event, Event::Message { .. }) {
+                self.0 += 1;
+            }
+        }
+    }
+    let channel = ChannelSpec {
+        name: "a".into(),
+        session: None,
+        rerequest: Vec::new(),
+        snapshot: None,
+    };
+    let mut spec = FeedSpec::new(Wire::MoldUdp64, vec![channel]);
+    // Not a power of two, so the ring (128 slots) is not what bounds the window.
+    spec.window = 100;
+    spec.max_buffered = 128;
+    let mut session = FeedSession::new(spec);
+    let datagram = |seq: u64| {
+        let mut buf = vec![0u8; 64];
+        let mut w = PacketWriter::new(&mut buf, Session(*b"SESSION001"), seq).expect("fits");
+        w.push(&seq.to_be_bytes()).expect("fits");
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    };
+    let mut emit = Messages(0);
+    let offer = |session: &mut FeedSession, seq: u64, emit: &mut Messages| {
+        session.on_datagram(0, 0, &datagram(seq), 1, Via::Multicast, emit);
+    };
+    offer(&mut session, 1, &mut emit);
+    // 2 is late; the whole window after it (3..=102) arrives first.
+    let last = 102;
+    for seq in 3..=last {
+        offer(&mut session, seq, &mut emit);
+    }
+    assert_eq!(session.stats(0).sequencer.buffered, 100);
+    let fill = datagram(2);
+    let before = allocations();
+    session.on_datagram(0, 0, &fill, 1, Via::Multicast, &mut emit);
+    assert_eq!(allocations() - before, 0, "the fill allocated");
+    assert_eq!(emit.0, last, "1..={last} delivered once each");
 }

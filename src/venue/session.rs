@@ -212,7 +212,8 @@ impl FeedSession {
             })
             .collect();
         Self {
-            out: Vec::with_capacity(spec.window.min(1 << 20)),
+            // A fill can release itself and a whole window of buffered frames at once.
+            out: Vec::with_capacity(spec.window.min(1 << 20) + 1),
             tx: VecDeque::with_capacity(TX_QUEUE),
             spec,
             channels,
