@@ -343,13 +343,13 @@ impl Daemon {
     }
 }
 
-/// The stream names of a venue, in channel or symbol order.
 /// The consumer stream ids of `streams` streams (at most 65,536, as the configuration
 /// checks).
 fn stream_ids(streams: usize) -> impl Iterator<Item = u16> {
     (0..=u16::MAX).take(streams)
 }
 
+/// The stream names of a venue, in channel or symbol order.
 fn venue_streams(kind: &VenueKind) -> Vec<String> {
     match kind {
         VenueKind::MoldUdp64 { channels, .. } => channels
