@@ -5,27 +5,15 @@
 
 use std::collections::VecDeque;
 
+#[path = "common/feed.rs"]
+mod feed;
+
+use feed::{Rng, datagram, mold_session};
 use gapless::daemon::fanout::Fanout;
-use gapless::protocol::moldudp64::{self, PacketWriter, Session};
+use gapless::protocol::moldudp64;
 use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{Consumer, Event, Pushed, StreamState, channel};
 use gapless::venue::{ChannelSpec, Emit, FeedSession, FeedSpec, GapPolicy, Via, Wire};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
@@ -298,28 +286,6 @@ fn multi_stream_runs_messages_and_states_match_a_model() {
 // ----------------------------------------------------------------------------------------
 // Sessions through the fan-out into small queues.
 
-fn message(seq: u64) -> Vec<u8> {
-    let mut m = seq.to_be_bytes().to_vec();
-    m.extend(std::iter::repeat_n((seq % 251) as u8, (seq % 37) as usize));
-    m
-}
-
-fn mold(session: &[u8; 10], first: u64, count: u64) -> Vec<u8> {
-    let mut buf = vec![0u8; 9000];
-    let session = Session(*session);
-    let len = if count == 0 {
-        moldudp64::encode_heartbeat(&mut buf, session, first).unwrap()
-    } else {
-        let mut w = PacketWriter::new(&mut buf, session, first).unwrap();
-        for seq in first..first + count {
-            w.push(&message(seq)).unwrap();
-        }
-        w.finish()
-    };
-    buf.truncate(len);
-    buf
-}
-
 fn spec(channels: usize) -> FeedSpec {
     let channels = (0..channels)
         .map(|i| ChannelSpec {
@@ -337,9 +303,14 @@ fn spec(channels: usize) -> FeedSpec {
 // ----------------------------------------------------------------------------------------
 // Differential: one datagram at a time into a closure vs groups through a small queue.
 
-fn eos(session: &[u8; 10], next: u64) -> Vec<u8> {
+/// A MoldUDP64 datagram of `session` carrying messages `first..first + count`.
+fn mold(session: u32, first: u64, count: u64) -> Vec<u8> {
+    datagram(Wire::MoldUdp64, session, first, count)
+}
+
+fn eos(session: u32, next: u64) -> Vec<u8> {
     let mut buf = vec![0u8; 64];
-    let len = moldudp64::encode_end_of_session(&mut buf, Session(*session), next).unwrap();
+    let len = moldudp64::encode_end_of_session(&mut buf, mold_session(session), next).unwrap();
     buf.truncate(len);
     buf
 }
@@ -347,7 +318,7 @@ fn eos(session: &[u8; 10], next: u64) -> Vec<u8> {
 /// A hostile feed: loss, reordering, duplicates, repacks, garbage, cut datagrams,
 /// heartbeats, end of session, session changes and returns to retired sessions.
 fn hostile_feed(rng: &mut Rng, packets: usize) -> Vec<(Vec<u8>, Via)> {
-    let sessions: [&[u8; 10]; 3] = [b"SESSIONAAA", b"SESSIONBBB", b"SESSIONCCC"];
+    let sessions: [u32; 3] = [1, 2, 3];
     let mut out = Vec::new();
     let mut seq = 1u64;
     let mut s = 0usize;
@@ -411,11 +382,15 @@ fn hostile_feed(rng: &mut Rng, packets: usize) -> Vec<(Vec<u8>, Via)> {
     out
 }
 
-fn drive(
+/// Feeds `feed` to a new session in groups of random sizes (each of one via), one
+/// datagram at a time or a group at once, calling `between` after each group; then lets
+/// the timers run out.
+fn drive<E: Emit>(
     feed: &[(Vec<u8>, Via)],
     sizes: &mut Rng,
-    emit: &mut impl Emit,
+    emit: &mut E,
     one_by_one: bool,
+    mut between: impl FnMut(&mut E),
 ) -> FeedSession {
     let mut session = FeedSession::new(spec(1));
     let mut now = 0u64;
@@ -443,6 +418,7 @@ fn drive(
         if session.poll_timeout().is_some_and(|t| t <= now) {
             session.handle_timeout(now, emit);
         }
+        between(emit);
     }
     for _ in 0..100 {
         now += 10_000_000;
@@ -490,47 +466,32 @@ fn differential(seed: u64, capacity: usize) {
         &mut Rng(seed ^ 77),
         &mut |e: &Event<'_>| direct.push(seen(e)),
         true,
+        |_| {},
     );
     let (producer, mut consumer) = channel(capacity, 1);
     let mut fanout = Fanout::new(vec![producer]);
     let mut queued = Vec::new();
     let mut pops = Rng(seed ^ 5);
     // The same groups at the same times, with random drains between them.
-    let mut session = FeedSession::new(spec(1));
-    let mut sizes = Rng(seed ^ 77);
-    let mut now = 0u64;
-    let mut i = 0;
-    while i < feed.len() {
-        let via = feed[i].1;
-        let n = (1 + sizes.below(12) as usize).min(feed.len() - i);
-        let n = feed[i..i + n].iter().take_while(|d| d.1 == via).count();
-        let ds: Vec<(&[u8], u64)> = feed[i..i + n]
-            .iter()
-            .enumerate()
-            .map(|(k, d)| (d.0.as_slice(), 1 + (i + k) as u64))
-            .collect();
-        session.on_datagrams(now, 0, &ds, via, &mut fanout);
-        i += n;
-        now += 100_000 * n as u64;
-        if session.poll_timeout().is_some_and(|t| t <= now) {
-            session.handle_timeout(now, &mut fanout);
-        }
-        if pops.below(3) == 0 {
-            for _ in 0..pops.below(200) {
-                match consumer.pop(|e| seen(&e)) {
-                    Some(s) => queued.push(s),
-                    None => break,
+    let session = drive(
+        &feed,
+        &mut Rng(seed ^ 77),
+        &mut fanout,
+        false,
+        |fanout: &mut Fanout| {
+            if pops.below(3) == 0 {
+                for _ in 0..pops.below(200) {
+                    match consumer.pop(|e| seen(&e)) {
+                        Some(s) => queued.push(s),
+                        None => break,
+                    }
                 }
             }
-        }
-        if pops.below(4) == 0 {
-            fanout.flush_overruns();
-        }
-    }
-    for _ in 0..100 {
-        now += 10_000_000;
-        session.handle_timeout(now, &mut fanout);
-    }
+            if pops.below(4) == 0 {
+                fanout.flush_overruns();
+            }
+        },
+    );
     for _ in 0..50 {
         queued.extend(drain(&mut consumer));
         fanout.flush_overruns();

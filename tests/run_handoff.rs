@@ -11,74 +11,13 @@
 //! Both are also checked against the source: every published message comes out once, in
 //! order, with its bytes, or inside an explicit gap.
 
+#[path = "common/feed.rs"]
+mod feed;
+
+use feed::{Rng, datagram, message};
 use gapless::daemon::fanout::Fanout;
-use gapless::protocol::iex_tp::{self, Header};
-use gapless::protocol::moldudp64::{self, PacketWriter, Session};
 use gapless::publish::{self, Event, StreamState};
 use gapless::venue::{ChannelSpec, Emit, FeedSession, FeedSpec, GapPolicy, Via, Wire};
-
-/// A deterministic xorshift64 generator, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn message(seq: u64) -> Vec<u8> {
-    let mut m = seq.to_be_bytes().to_vec();
-    m.extend(std::iter::repeat_n((seq % 251) as u8, (seq % 37) as usize));
-    m
-}
-
-/// One datagram of `wire` carrying messages `first..first + count` (a heartbeat when
-/// `count` is 0) of `session`.
-fn datagram(wire: Wire, session: u32, first: u64, count: u64) -> Vec<u8> {
-    let mut buf = vec![0u8; 9000];
-    let len = match wire {
-        Wire::MoldUdp64 => {
-            let name = format!("SESS{session:06}");
-            let session = Session::from_ascii(name.as_bytes()).expect("ten ASCII bytes");
-            if count == 0 {
-                moldudp64::encode_heartbeat(&mut buf, session, first).expect("fits")
-            } else {
-                let mut w = PacketWriter::new(&mut buf, session, first).expect("fits");
-                for seq in first..first + count {
-                    w.push(&message(seq)).expect("fits");
-                }
-                w.finish()
-            }
-        }
-        Wire::IexTp => {
-            let header = Header {
-                session_id: session,
-                sequence: first,
-                ..Header::default()
-            };
-            if count == 0 {
-                iex_tp::encode_heartbeat(&mut buf, header).expect("fits")
-            } else {
-                let mut w = iex_tp::PacketWriter::new(&mut buf, header).expect("fits");
-                for seq in first..first + count {
-                    w.push(&message(seq)).expect("fits");
-                }
-                w.finish()
-            }
-        }
-    };
-    buf.truncate(len);
-    buf
-}
 
 /// A feed of about `packets` datagrams with every kind of fault.
 fn faulty_feed(wire: Wire, rng: &mut Rng, packets: usize) -> Vec<Vec<u8>> {
