@@ -140,7 +140,7 @@ impl Daemon {
         self.config
             .venues
             .iter()
-            .map(|v| venue_streams(&v.kind).len())
+            .map(|v| v.kind.stream_count())
             .sum()
     }
 

@@ -150,7 +150,7 @@ impl Producer {
         let is_message = matches!(event, Event::Message { .. });
         let outcome = if self.write_message(event)
             || (!is_message && self.write_alone(record))
-            || self.write_batch(self.ledger.pending(), Some(record), Keep::Reserve)
+            || self.write_batch(self.ledger.pending(), Some(record), self.reserve)
         {
             self.counts.pushed += 1;
             Pushed::Written
@@ -202,7 +202,7 @@ impl Producer {
         let outcome = if run
             .record_head()
             .is_some_and(|head| self.write_in_one_piece(&head, run.blocks()))
-            || self.write_batch(self.ledger.pending(), Some(record), Keep::Reserve)
+            || self.write_batch(self.ledger.pending(), Some(record), self.reserve)
         {
             self.counts.pushed += events;
             Pushed::Written
@@ -250,27 +250,19 @@ impl Producer {
             self.stats.store_producer(&self.counts);
             return 0;
         }
-        self.flush_markers(pending, Keep::Reserve)
+        self.flush_markers(pending, self.reserve)
     }
 
-    /// Writes as many of the `pending` markers as fit, leaving `keep` free.
-    fn flush_markers(&mut self, pending: usize, keep: Keep) -> usize {
-        let free = self.ring.slots().saturating_sub(self.kept(keep));
+    /// Writes as many of the `pending` markers as fit, leaving `keep` bytes free (the
+    /// reserve while the producer lives, nothing when it is dropped).
+    fn flush_markers(&mut self, pending: usize, keep: usize) -> usize {
+        let free = self.ring.slots().saturating_sub(keep);
         let fit = (free / OVERRUN_RECORD_LEN).min(pending);
         if fit == 0 || !self.write_batch(fit, None, keep) {
             return 0;
         }
         self.stats.store_producer(&self.counts);
         fit
-    }
-
-    /// Bytes a write must leave free.
-    #[inline]
-    fn kept(&self, keep: Keep) -> usize {
-        match keep {
-            Keep::Reserve => self.reserve,
-            Keep::Nothing => 0,
-        }
     }
 
     /// True when [`Producer::push`] would write `event` now. Room only grows
@@ -394,16 +386,16 @@ impl Producer {
     }
 
     /// Writes the `markers` oldest overrun markers and then `event` in one
-    /// commit, leaving `keep` free, or nothing; true when written.
+    /// commit, leaving `keep` bytes free, or nothing; true when written.
     #[inline]
-    fn write_batch(&mut self, markers: usize, record: Option<Record<'_, '_>>, keep: Keep) -> bool {
+    fn write_batch(&mut self, markers: usize, record: Option<Record<'_, '_>>, keep: usize) -> bool {
         let Some(need) = self.batch_len(markers, record) else {
             return false;
         };
         // Uninitialised slots: every byte is copied in below, and the chunk is committed
         // only when the writer has filled its first `need` slots exactly (zero-filling
         // first cost as much as the copy itself in the hand-off benchmark).
-        let Ok(mut chunk) = self.ring.write_chunk_uninit(need + self.kept(keep)) else {
+        let Ok(mut chunk) = self.ring.write_chunk_uninit(need + keep) else {
             return false;
         };
         let (head, tail) = chunk.as_mut_slices();
@@ -437,15 +429,6 @@ impl Producer {
         self.counts.bytes_written += as_u64(need);
         true
     }
-}
-
-/// What a write leaves free in the ring.
-#[derive(Clone, Copy)]
-enum Keep {
-    /// The room for one marker per stream (every write while the producer lives).
-    Reserve,
-    /// Nothing (the markers written on drop).
-    Nothing,
 }
 
 /// Records at least this long also prefetch the ring ahead of the write position.
@@ -508,7 +491,7 @@ impl Drop for Producer {
     /// Writes the pending markers into the room kept for them, so a consumer
     /// still draining learns of the last loss.
     fn drop(&mut self) {
-        self.flush_markers(self.ledger.pending(), Keep::Nothing);
+        self.flush_markers(self.ledger.pending(), 0);
     }
 }
 
