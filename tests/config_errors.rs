@@ -274,6 +274,32 @@ fn rerequest_key_in_the_recovery_of_a_binance_venue() {
 }
 
 #[test]
+fn session_confirm_is_for_sessioned_venues_and_at_most_16() {
+    let text = edit(&[(
+        "reorder_window = 1024",
+        "reorder_window = 1024\n  session_confirm = 17",
+    )]);
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "20:21",
+        "venue[0].recovery.session_confirm",
+        "an integer from 1 to 16",
+    );
+    let text = edit(&[(
+        "[[sink]]",
+        "  [venue.recovery]\n  session_confirm = 2\n\n[[sink]]",
+    )]);
+    single(
+        &text,
+        ErrorKind::WrongKind,
+        "28:21",
+        "venue[1].recovery.session_confirm",
+        "reorder_window, max_buffered",
+    );
+}
+
+#[test]
 fn key_of_the_wrong_sink_kind() {
     let text = edit(&[(
         "path = \"a.jsonl\"",

@@ -420,3 +420,64 @@ fn hostile_sequence_and_garbage_keep_memory_bounded() {
         .max(r.snapshot_ends.last().map(|n| n - 1));
     assert_eq!(reached, Some(30_000));
 }
+
+#[test]
+fn a_stray_sender_on_the_group_never_takes_the_channel() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 61, 6), 46106);
+    let faults = FaultConfig {
+        seed: 11,
+        loss: 0.01,
+        ..FaultConfig::default()
+    };
+    let sim = MoldSim::start(config(group, 40_000, 100_000.0, faults)).expect("simulator");
+    let mut h = start_handler(&sim, group, |_| {});
+    // Another sender on the same group (as a misconfigured feed or a capture replayed onto
+    // it would be), with a session of its own: once the venue's session is established,
+    // one or two datagrams after every 500 of the venue's messages the consumer gets.
+    let sender =
+        gapless::io::socket::open_multicast_sender(Ipv4Addr::LOCALHOST, 0).expect("sender");
+    let mut stray_seq = 1;
+    let mut sent = 0u64;
+    let mut next_at = 500;
+    let r = consume(&mut h.consumer, Duration::from_secs(60), |r| {
+        if r.messages.len() >= next_at && next_at < 40_000 {
+            next_at += 500;
+            for _ in 0..(1 + next_at / 500 % 2) {
+                let mut buf = [0u8; 256];
+                let mut w = gapless::protocol::moldudp64::PacketWriter::new(
+                    &mut buf,
+                    Session(*b"STRAY00001"),
+                    stray_seq,
+                )
+                .expect("writer");
+                for _ in 0..4 {
+                    w.push(b"not this venue's").expect("fits");
+                }
+                let n = w.finish();
+                stray_seq += 4;
+                if sender.send_to(&buf[..n], group).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        closed(r)
+    });
+    let venues = stop(h);
+    let stats = venues[0].session().stats(0);
+    assert!(closed(&r), "{:?}", r.states);
+    assert_eq!(stats.new_sessions, 0, "{stats:?}");
+    assert!(sent >= 100, "{sent} stray datagrams sent");
+    assert!(
+        stats.unconfirmed_session > 0 && stats.unconfirmed_session <= sent,
+        "{} counted, {sent} stray datagrams sent: {stats:?}",
+        stats.unconfirmed_session
+    );
+    assert_contiguous(&r.messages, 0, 1, 40_000);
+    assert_eq!(r.bad_payloads, 0);
+    assert!(
+        !r.states[1..].contains(&StreamState::Unseen),
+        "never reset: {:?}",
+        r.states
+    );
+}

@@ -198,11 +198,13 @@ impl Harness {
     }
 }
 
+/// A channel that expects the harness's first session (as a configured `session` does):
+/// its datagrams are taken from the first on, and any other session must be confirmed.
 fn spec(rerequest: bool, snapshot: bool) -> FeedSpec {
     let server: SocketAddr = "127.0.0.1:1".parse().unwrap();
     let channel = ChannelSpec {
         name: "a".into(),
-        session: None,
+        session: Some(SessionKey(*b"TEST000001")),
         rerequest: if rerequest { vec![server] } else { vec![] },
         snapshot: snapshot.then(|| SnapshotSpec {
             addr: "127.0.0.1:2".parse().unwrap(),
@@ -398,18 +400,53 @@ fn session_restart_is_a_reset_never_duplicates() {
     h.datagram(&p, Via::Multicast);
     h.session = session("TEST000002");
     h.published_to = 0;
-    let p = h.publish(1, 20);
+    // Unannounced: the new session is adopted on its third datagram in a row, and the
+    // two before it, held meanwhile, are delivered first.
+    for first in [1, 8] {
+        let p = h.publish(first, 7);
+        h.datagram(&p, Via::Multicast);
+        assert_eq!(h.delivered().len(), 50, "held while unconfirmed");
+    }
+    let p = h.publish(15, 6);
     h.datagram(&p, Via::Multicast);
     let delivered = h.delivered();
     assert_eq!(delivered.len(), 70, "all 20 of the new session delivered");
     assert_eq!(&delivered[50..], (1..=20).collect::<Vec<_>>().as_slice());
     assert!(h.states().contains(&Published::Unseen));
-    assert_eq!(h.feed.stats(0).new_sessions, 1);
-    // A straggler of the old session is stale, not a reset.
+    let stats = h.feed.stats(0);
+    assert_eq!(stats.new_sessions, 1);
+    assert_eq!(stats.packets, 4, "held datagrams are counted once");
+    assert_eq!(
+        stats.unconfirmed_session, 0,
+        "the held datagrams were the new session"
+    );
+    // A straggler of the old session is stale, not a reset, and does not take the
+    // channel back when the new session goes on.
     let old = packet(session("TEST000001"), 51, 1);
     h.datagram(&old, Via::Multicast);
-    assert_eq!(h.feed.stats(0).stale_session, 1);
     assert_eq!(h.delivered().len(), 70);
+    let p = h.publish(21, 1);
+    h.datagram(&p, Via::Multicast);
+    assert_exactly(&h.delivered()[50..], 1, 21);
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.new_sessions, stats.stale_session), (1, 1));
+}
+
+#[test]
+fn after_end_of_session_the_next_session_is_adopted_at_once() {
+    let mut h = Harness::new(spec(true, false));
+    let p = h.publish(1, 10);
+    h.datagram(&p, Via::Multicast);
+    let eos = end_of_session(h.session, 11);
+    h.datagram(&eos, Via::Multicast);
+    h.session = session("TEST000002");
+    h.published_to = 0;
+    let p = h.publish(1, 5);
+    h.datagram(&p, Via::Multicast);
+    let delivered = h.delivered();
+    assert_exactly(&delivered[10..], 1, 5);
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.new_sessions, stats.unconfirmed_session), (1, 0));
 }
 
 #[test]
@@ -420,11 +457,98 @@ fn restart_loses_its_first_packet_and_recovers_it() {
     h.session = session("TEST000002");
     h.published_to = 0;
     let _lost = h.publish(1, 5);
-    let p = h.publish(6, 5);
-    h.datagram(&p, Via::Multicast);
+    for first in [6, 8, 10] {
+        let p = h.publish(first, 2);
+        h.datagram(&p, Via::Multicast);
+    }
     h.run_for(20 * MS);
     let delivered = h.delivered();
-    assert_eq!(&delivered[10..], (1..=10).collect::<Vec<_>>().as_slice());
+    assert_eq!(&delivered[10..], (1..=11).collect::<Vec<_>>().as_slice());
+}
+
+#[test]
+fn stray_datagrams_of_another_session_never_take_the_channel() {
+    let mut h = Harness::new(spec(true, false));
+    let stray = session("STRAY00001");
+    let mut next = 1;
+    for round in 0..20 {
+        let p = h.publish(next, 4);
+        h.datagram(&p, Via::Multicast);
+        next += 4;
+        // One or two datagrams of a session that does not belong here, between the
+        // venue's own: counted, never adopted, nothing of the real stream lost.
+        for i in 0..(1 + round % 2) {
+            h.datagram(&packet(stray, 1 + i * 3, 3), Via::Multicast);
+        }
+        // An answer about the stray session is no evidence either.
+        h.datagram(&packet(stray, 1, 1), Via::Unicast);
+    }
+    let p = h.publish(next, 1);
+    h.datagram(&p, Via::Multicast);
+    assert_exactly(&h.delivered(), 1, next);
+    let stats = h.feed.stats(0);
+    assert_eq!(stats.new_sessions, 0);
+    assert_eq!(stats.unconfirmed_session, 30 + 20);
+    assert_eq!(h.states(), [Published::Synced], "never reset");
+    assert_eq!(h.feed.state(0), StreamState::Synced);
+    assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000001")));
+}
+
+#[test]
+fn without_a_configured_session_the_first_is_confirmed_too() {
+    let mut s = spec(true, false);
+    s.channels[0].session = None;
+    s.start_from = Some(1);
+    let mut h = Harness::new(s);
+    // A stray heard before the venue: counted, and forgotten when the venue's datagrams
+    // follow; the venue's first two are held until its third confirms the session.
+    h.datagram(&packet(session("STRAY00001"), 1, 2), Via::Multicast);
+    for first in [1, 4] {
+        let p = h.publish(first, 3);
+        h.datagram(&p, Via::Multicast);
+        assert!(h.delivered().is_empty(), "held while unconfirmed");
+    }
+    let p = h.publish(7, 3);
+    h.datagram(&p, Via::Multicast);
+    assert_exactly(&h.delivered(), 1, 9);
+    assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000001")));
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.new_sessions, stats.unconfirmed_session), (0, 1));
+}
+
+#[test]
+fn a_burst_of_strays_that_took_the_channel_gives_it_back_and_the_gap_is_recovered() {
+    let mut h = Harness::new(spec(true, false));
+    let real = h.session;
+    let p = h.publish(1, 10);
+    h.datagram(&p, Via::Multicast);
+    // Three datagrams in a row of another session look like a restart: adopted.
+    let stray = session("STRAY00001");
+    for first in [1, 4, 7] {
+        h.datagram(&packet(stray, first, 3), Via::Multicast);
+    }
+    assert_eq!(h.feed.session(0), Some(SessionKey(*stray.as_bytes())));
+    let strays_delivered = h.delivered().len() - 10;
+    assert_eq!(
+        strays_delivered, 9,
+        "what a confirmed session sends is delivered"
+    );
+    // The real session goes on (11..=15 sent while the strays held the channel are not
+    // seen): three of its datagrams in a row take the channel back, resuming at 11.
+    let _unseen = h.publish(11, 5);
+    for first in [16, 18, 20] {
+        let p = h.publish(first, 2);
+        h.datagram(&p, Via::Multicast);
+    }
+    assert_eq!(h.feed.session(0), Some(SessionKey(*real.as_bytes())));
+    h.run_for(20 * MS);
+    let delivered = h.delivered();
+    assert_exactly(&delivered[..10], 1, 10);
+    assert_exactly(&delivered[10 + strays_delivered..], 11, 21);
+    let stats = h.feed.stats(0);
+    assert_eq!(stats.new_sessions, 2);
+    assert!(stats.recovered >= 5, "11..=15 re-requested: {stats:?}");
+    assert_eq!(h.feed.state(0), StreamState::Synced);
 }
 
 #[test]

@@ -77,6 +77,7 @@
 //! | `requests_per_sec` | 1..=1000000 | 2000 |
 //! | `max_replay` | 0 or more | 100000 |
 //! | `reset_threshold` | 0 (off) or more | 1000000 |
+//! | `session_confirm` | 1..=16 datagrams of another session in a row that adopt it when the current one has not announced its end (1: at once) | 3 |
 //! | `snapshot_timeout_ms` | 1..=3600000 | 10000 |
 //!
 //! `[[sink]]`, any number, paths unique:

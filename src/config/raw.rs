@@ -132,6 +132,7 @@ pub(super) struct RawRecovery {
     pub requests_per_sec: Field<i64>,
     pub max_replay: Field<i64>,
     pub reset_threshold: Field<i64>,
+    pub session_confirm: Field<i64>,
     pub snapshot_timeout_ms: Field<i64>,
 }
 
@@ -146,6 +147,7 @@ impl RawRecovery {
             ("requests_per_sec", span(&self.requests_per_sec)),
             ("max_replay", span(&self.max_replay)),
             ("reset_threshold", span(&self.reset_threshold)),
+            ("session_confirm", span(&self.session_confirm)),
         ];
         keys.into_iter()
             .filter_map(|(k, s)| Some((k, s?)))

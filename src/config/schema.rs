@@ -297,6 +297,9 @@ pub struct Recovery {
     pub max_replay: u64,
     /// A backward jump at least this large is a suspected restart; `None` turns it off.
     pub reset_threshold: Option<u64>,
+    /// Datagrams of another session in a row that adopt it while the current session has
+    /// not announced its end, 1..=16 (1: at once).
+    pub session_confirm: u32,
     /// A snapshot not complete by then is abandoned and tried again.
     pub snapshot_timeout: Duration,
 }
@@ -316,6 +319,7 @@ impl Default for Recovery {
             requests_per_sec: 2000,
             max_replay: 100_000,
             reset_threshold: Some(1_000_000),
+            session_confirm: 3,
             snapshot_timeout: Duration::from_millis(10_000),
         }
     }

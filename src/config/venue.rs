@@ -217,6 +217,12 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
             .int::<u64>(f, &path.key("reset_threshold"), 0..=i64::MAX)
             .map(|n| (n > 0).then_some(n)),
     };
+    let session_confirm = report.int_or(
+        &raw.session_confirm,
+        &path.key("session_confirm"),
+        1..=16,
+        d.session_confirm,
+    );
     let snapshot_timeout = millis(
         &raw.snapshot_timeout_ms,
         &path.key("snapshot_timeout_ms"),
@@ -233,6 +239,7 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
         requests_per_sec: requests_per_sec?,
         max_replay: max_replay?,
         reset_threshold: reset_threshold?,
+        session_confirm: session_confirm?,
         snapshot_timeout: snapshot_timeout?,
     })
 }

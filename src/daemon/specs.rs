@@ -75,6 +75,7 @@ fn apply_recovery(spec: &mut FeedSpec, r: &Recovery) {
     spec.max_buffered = r.buffering.max_buffered();
     spec.reset_threshold = r.reset_threshold.unwrap_or(0);
     spec.max_replay = r.max_replay;
+    spec.session_confirm = r.session_confirm;
     spec.snapshot_timeout_ns = duration_ns(r.snapshot_timeout);
     spec.policy = RequestPolicy {
         reorder_delay_ns: duration_ns(r.reorder_delay),

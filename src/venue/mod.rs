@@ -6,6 +6,7 @@
 
 pub mod arena;
 pub mod binance;
+mod candidate;
 pub mod feed;
 pub mod recovery;
 mod session;
@@ -74,8 +75,14 @@ pub struct ChannelStats {
     pub heartbeats: u64,
     /// Datagrams that failed to decode.
     pub malformed: u64,
-    /// Datagrams of a session already left behind.
+    /// Datagrams of a session already left behind that did not take the channel back
+    /// (late stragglers of a finished session), and answers for such a session. Counted
+    /// when given up.
     pub stale_session: u64,
+    /// Datagrams of another session that was not adopted (strays on the group), and
+    /// answers for a session never adopted. Counted when given up: a new session's first
+    /// datagrams, held while it is confirmed and then delivered, are not counted.
+    pub unconfirmed_session: u64,
     /// Session changes (new epochs).
     pub new_sessions: u64,
     /// Re-requests sent.

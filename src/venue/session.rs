@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use super::arena::{MsgRef, PacketArena};
+use super::candidate::{Candidate, Offer};
 use super::feed::{self, Kind, SessionKey, Wire};
 use super::recovery::{Plan, RequestPolicy, Requester};
 use super::{ChannelStats, Emit, GapPolicy, Via};
@@ -81,6 +82,14 @@ pub struct FeedSpec {
     pub max_datagram: usize,
     /// Datagrams kept for reordering per channel at most.
     pub arena_datagrams: usize,
+    /// Datagrams of another session in a row, with none of the current one between them,
+    /// that make it the channel's session when the current one has not announced its end
+    /// (1: at once); the first session of a channel with none configured is confirmed the
+    /// same way. Those before the last are held and delivered once it is adopted, so a
+    /// restart loses nothing, while a stray datagram or two on the group never retire the
+    /// real session. A session left behind takes the channel back the same way, resuming
+    /// where its stream had got to.
+    pub session_confirm: u32,
     /// What to do with a gap nothing can recover.
     pub gap_policy: GapPolicy,
 }
@@ -102,6 +111,7 @@ impl FeedSpec {
             snapshot_retry_ns: 1_000_000_000,
             max_datagram: 2048,
             arena_datagrams: 4096,
+            session_confirm: 3,
             gap_policy: GapPolicy::Hold,
         }
     }
@@ -158,11 +168,21 @@ enum Phase {
 const RETIRED_SESSIONS: usize = 4;
 const TX_QUEUE: usize = 256;
 
+/// A session left behind, and the sequence its stream had reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Retired {
+    session: SessionKey,
+    /// Where the stream resumes if the session takes the channel back.
+    next: u64,
+}
+
 struct Channel {
     spec: ChannelSpec,
     stream: StreamId,
     session: Option<SessionKey>,
-    retired: [Option<SessionKey>; RETIRED_SESSIONS],
+    retired: [Option<Retired>; RETIRED_SESSIONS],
+    /// Another session being counted before it is adopted.
+    candidate: Candidate,
     epoch: u64,
     requester: Requester,
     phase: Phase,
@@ -170,6 +190,19 @@ struct Channel {
     end_of_session: bool,
     arena: PacketArena,
     stats: ChannelStats,
+}
+
+impl Channel {
+    /// Gives up the session being counted: its datagrams are dropped, and counted.
+    fn give_up_candidate(&mut self) {
+        if let Some(given_up) = self.candidate.give_up() {
+            if given_up.retired {
+                self.stats.stale_session += given_up.datagrams;
+            } else {
+                self.stats.unconfirmed_session += given_up.datagrams;
+            }
+        }
+    }
 }
 
 /// The session of one venue's point-sequenced channels.
@@ -202,6 +235,7 @@ impl FeedSession {
                 stream: detector.add_stream(config),
                 session: c.session,
                 retired: [None; RETIRED_SESSIONS],
+                candidate: Candidate::new(spec.session_confirm, spec.max_datagram),
                 epoch: 0,
                 requester: Requester::new(c.rerequest.clone()),
                 phase: Phase::Idle,
@@ -244,6 +278,11 @@ impl FeedSession {
         self.channels
             .get(channel)
             .map_or(StreamState::Unseen, |c| self.detector.state(c.stream))
+    }
+
+    /// The wire format.
+    pub fn wire(&self) -> Wire {
+        self.spec.wire
     }
 
     /// The channel's current session, once known.
@@ -333,7 +372,8 @@ impl FeedSession {
             c.stats.malformed += 1;
             return;
         };
-        let Some(epoch) = self.epoch_of(channel, d.session, emit) else {
+        let Some(epoch) = self.epoch_of(now, channel, d.session, datagram, recv_ns, via, emit)
+        else {
             return;
         };
         let stream_id = self.stream_id(channel);
@@ -402,52 +442,124 @@ impl FeedSession {
         self.drive(now, channel, via == Via::Unicast, emit);
     }
 
-    /// Resolves the epoch of a datagram's session; `None` drops it as stale.
+    /// Resolves the epoch of a datagram's session; `None` when the datagram is not to be
+    /// handled now (a session left behind, or another session not yet confirmed).
+    #[allow(clippy::too_many_arguments)]
     fn epoch_of(
         &mut self,
+        now: u64,
         channel: usize,
         session: SessionKey,
+        datagram: &[u8],
+        recv_ns: u64,
+        via: Via,
         emit: &mut impl Emit,
     ) -> Option<u64> {
         let c = self.channels.get_mut(channel)?;
-        match c.session {
-            None => {
-                c.session = Some(session);
-                Some(c.epoch)
+        let current = c.session;
+        if current == Some(session) {
+            if c.candidate.counting().is_some() {
+                // The current session is alive: whatever was being counted was not a
+                // restart.
+                c.give_up_candidate();
             }
-            Some(current) if current == session => Some(c.epoch),
-            Some(current) => {
-                if c.retired.contains(&Some(session)) {
-                    c.stats.stale_session += 1;
-                    return None;
-                }
-                // A session we have not seen: the venue restarted numbering. Reset the
-                // stream to the new session's start, never treating it as duplicates.
-                c.retired.rotate_right(1);
-                c.retired[0] = Some(current);
-                c.session = Some(session);
-                c.epoch += 1;
-                c.stats.new_sessions += 1;
-                c.requester.clear();
-                c.requester.progress();
-                c.phase = Phase::Idle;
-                c.end_of_session = false;
-                let (stream, epoch) = (c.stream, c.epoch);
-                let id = self.stream_id(channel);
-                emit.emit(&Event::State {
-                    stream: id,
-                    state: Published::Unseen,
-                });
-                let mut out = std::mem::take(&mut self.out);
-                self.detector
-                    .resynchronize_epoch(stream, epoch, 1, &mut out);
-                self.out = out;
-                self.release_discarded(channel);
-                if let Some(c) = self.channels.get_mut(channel) {
-                    c.published = Published::Unseen;
-                }
-                Some(epoch)
+            return Some(c.epoch);
+        }
+        let retired = c
+            .retired
+            .iter()
+            .flatten()
+            .find(|r| r.session == session)
+            .copied();
+        if via == Via::Unicast {
+            // Answers to requests are no evidence of a live session: only the feed is.
+            match retired {
+                Some(_) => c.stats.stale_session += 1,
+                None => c.stats.unconfirmed_session += 1,
             }
+            return None;
+        }
+        if c.candidate.counting().is_some_and(|s| s != session) {
+            c.give_up_candidate();
+        }
+        let adopt = if current.is_some() && c.end_of_session && retired.is_none() {
+            // The current session said it ended: the next one needs no confirming.
+            true
+        } else {
+            c.candidate
+                .offer(session, retired.is_some(), datagram, recv_ns)
+                == Offer::Confirmed
+        };
+        if !adopt {
+            return None;
+        }
+        match current {
+            // The first session: confirmed like any other, so that a stray sender
+            // heard before the venue does not become the channel's session.
+            None => c.session = Some(session),
+            Some(current) => self.adopt_session(channel, current, session, retired, emit),
+        }
+        // The datagrams that led up to the change (all of `session`), in the order they
+        // came. They were counted as received when they arrived.
+        let held = self.channels.get_mut(channel)?.candidate.take();
+        for (bytes, held_recv_ns) in held.iter() {
+            self.on_datagram(now, channel, bytes, held_recv_ns, Via::Multicast, emit);
+            if let Some(c) = self.channels.get_mut(channel) {
+                c.stats.packets = c.stats.packets.saturating_sub(1);
+                c.stats.bytes = c.stats.bytes.saturating_sub(bytes.len() as u64);
+            }
+        }
+        let c = self.channels.get_mut(channel)?;
+        c.candidate.restore(held);
+        (c.session == Some(session)).then_some(c.epoch)
+    }
+
+    /// Makes `session` the channel's session in a new epoch, retiring `current`: a new
+    /// session starts from 1, and a retired one taking the channel back resumes where its
+    /// stream had got to (what it sent meanwhile is then missing, and recovered).
+    fn adopt_session(
+        &mut self,
+        channel: usize,
+        current: SessionKey,
+        session: SessionKey,
+        retired: Option<Retired>,
+        emit: &mut impl Emit,
+    ) {
+        let id = self.stream_id(channel);
+        let Some(c) = self.channels.get_mut(channel) else {
+            return;
+        };
+        let left = Retired {
+            session: current,
+            next: self.detector.expected(c.stream).unwrap_or(1),
+        };
+        for slot in &mut c.retired {
+            if slot.is_some_and(|r| r.session == session) {
+                *slot = None;
+            }
+        }
+        c.retired.rotate_right(1);
+        c.retired[0] = Some(left);
+        c.session = Some(session);
+        c.epoch += 1;
+        c.stats.new_sessions += 1;
+        c.requester.clear();
+        c.requester.progress();
+        c.phase = Phase::Idle;
+        c.end_of_session = false;
+        let (stream, epoch) = (c.stream, c.epoch);
+        emit.emit(&Event::State {
+            stream: id,
+            state: Published::Unseen,
+        });
+        let start = retired.map_or(1, |r| r.next);
+        let mut out = std::mem::take(&mut self.out);
+        self.detector
+            .resynchronize_epoch(stream, epoch, start, &mut out);
+        self.out = out;
+        self.release_discarded(channel);
+        if let Some(c) = self.channels.get_mut(channel) {
+            c.published = Published::Unseen;
         }
     }
 
