@@ -48,6 +48,54 @@ pub struct UdpVenue {
     session: FeedSession,
     sockets: Vec<ChannelSockets>,
     socket_stats: Vec<SocketStats>,
+    session_logs: Vec<SessionLog>,
+}
+
+/// What the log has said of one channel's sessions.
+#[derive(Debug, Clone, Copy, Default)]
+struct SessionLog {
+    /// Session changes logged.
+    changes: u64,
+    /// Datagrams of another session when last logged.
+    others: u64,
+    /// When (rx clock) datagrams of another session were last logged.
+    warned_ns: Option<u64>,
+}
+
+/// Datagrams of another session are logged at most this often per channel.
+const OTHER_SESSION_LOG_EVERY_NS: u64 = 10_000_000_000;
+
+impl SessionLog {
+    /// Logs a session change, and datagrams of another session (at most every
+    /// [`OTHER_SESSION_LOG_EVERY_NS`]), since the last call.
+    fn update(&mut self, now: u64, venue: &str, session: &FeedSession, channel: usize) {
+        let stats = session.stats(channel);
+        let name = session.channel_name(channel);
+        if stats.new_sessions > self.changes {
+            self.changes = stats.new_sessions;
+            let current = session
+                .session(channel)
+                .map(|s| s.display(session.wire()))
+                .unwrap_or_default();
+            crate::log_warn!(
+                "{venue}/{name}: session changed to {current:?} (change {}): the stream restarts",
+                stats.new_sessions
+            );
+        }
+        let due = self
+            .warned_ns
+            .is_none_or(|t| now.saturating_sub(t) >= OTHER_SESSION_LOG_EVERY_NS);
+        if stats.unconfirmed_session > self.others && due {
+            crate::log_warn!(
+                "{venue}/{name}: {} datagrams of another session dropped ({} in all): a stray \
+                 sender on the group? the channel's `source` keeps it out",
+                stats.unconfirmed_session - self.others,
+                stats.unconfirmed_session
+            );
+            self.others = stats.unconfirmed_session;
+            self.warned_ns = Some(now);
+        }
+    }
 }
 
 /// Where one channel of a venue listens.
@@ -80,12 +128,14 @@ impl UdpVenue {
             });
         }
         let socket_stats = vec![SocketStats::default(); sockets.len()];
+        let session_logs = vec![SessionLog::default(); sockets.len()];
         Ok((
             Self {
                 name: name.to_string(),
                 session: FeedSession::new(spec),
                 sockets,
                 socket_stats,
+                session_logs,
             },
             warnings,
         ))
@@ -308,6 +358,11 @@ impl RxLoop {
             {
                 self.last_publish = now;
                 self.publish_views();
+                for venue in &mut self.venues {
+                    for (c, log) in venue.session_logs.iter_mut().enumerate() {
+                        log.update(now, &venue.name, &venue.session, c);
+                    }
+                }
             }
             if work == 0 {
                 self.fanout.flush_overruns();

@@ -161,7 +161,7 @@ pub fn summary_text(summary: &RunSummary) -> String {
         let s = &v.stats;
         let _ = writeln!(
             out,
-            "  {}/{}: state {}, delivered {}, gaps detected {}, messages recovered {} ({} re-requests, {} timed out), snapshot resyncs {}, duplicates {}, malformed {}, lost {}",
+            "  {}/{}: state {}, delivered {}, gaps detected {}, messages recovered {} ({} re-requests, {} timed out), snapshot resyncs {}, duplicates {}, malformed {}, lost {}, session changes {}, other-session datagrams dropped {}",
             v.venue,
             v.stream,
             v.state.as_str(),
@@ -173,7 +173,9 @@ pub fn summary_text(summary: &RunSummary) -> String {
             s.snapshots_done,
             s.sequencer.duplicates,
             s.malformed,
-            s.messages_lost
+            s.messages_lost,
+            s.new_sessions,
+            s.unconfirmed_session
         );
     }
     if let Some([p50, p90, p99, p999, max]) = summary.latency_ns {

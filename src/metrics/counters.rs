@@ -48,7 +48,7 @@ macro_rules! series {
 }
 
 /// Number of per-stream values in a [`StreamSample`] (the state aside).
-pub const SERIES_COUNT: usize = 19;
+pub const SERIES_COUNT: usize = 21;
 
 /// Every per-stream value, in the order of [`StreamSample::values`].
 pub const SERIES: [SeriesSpec; SERIES_COUNT] = series! {
@@ -71,6 +71,8 @@ pub const SERIES: [SeriesSpec; SERIES_COUNT] = series! {
     Gauge "gapless_reorder_buffered_high_water" "Most frames ever held in the reorder buffer at once.";
     Counter "gapless_messages_lost" "Messages in gaps declared lost.";
     Counter "gapless_reorder_overflows" "Frames dropped because the reorder buffer was full.";
+    Counter "gapless_session_changes" "Session changes adopted, each a new epoch (the stream resyncs).";
+    Counter "gapless_unconfirmed_session_packets" "Datagrams of another session that was never adopted: strays on the group.";
 };
 
 /// The values of one stream at one moment, filled by the rx thread.
@@ -131,6 +133,10 @@ pub struct StreamSample {
     pub messages_lost: u64,
     /// Frames dropped on a full reorder buffer.
     pub reorder_overflows: u64,
+    /// Session changes adopted.
+    pub session_changes: u64,
+    /// Datagrams of another session that was never adopted.
+    pub unconfirmed_session_packets: u64,
     /// The stream's state as consumers see it.
     pub state: StreamState,
 }
@@ -164,6 +170,8 @@ impl From<&ChannelStats> for StreamSample {
             reorder_buffered_high_water: as_u64(seq.buffered_hwm),
             messages_lost: stats.messages_lost,
             reorder_overflows: seq.overflows,
+            session_changes: stats.new_sessions,
+            unconfirmed_session_packets: stats.unconfirmed_session,
             state: StreamState::Unseen,
         }
     }
@@ -192,6 +200,8 @@ impl StreamSample {
             self.reorder_buffered_high_water,
             self.messages_lost,
             self.reorder_overflows,
+            self.session_changes,
+            self.unconfirmed_session_packets,
         ]
     }
 
@@ -217,6 +227,8 @@ impl StreamSample {
             reorder_buffered_high_water: v[16],
             messages_lost: v[17],
             reorder_overflows: v[18],
+            session_changes: v[19],
+            unconfirmed_session_packets: v[20],
             state,
         }
     }
