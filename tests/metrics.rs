@@ -62,6 +62,8 @@ fn metrics_are_served_with_labels_and_live_values() {
                     gaps_detected: 2,
                     messages_missing: 7,
                     reorder_buffered_high_water: 9,
+                    session_changes: 1,
+                    unconfirmed_session_packets: 4,
                     state: StreamState::Synced,
                     ..StreamSample::default()
                 });
@@ -111,6 +113,8 @@ fn metrics_are_served_with_labels_and_live_values() {
         "gapless_stale_total",
         "gapless_malformed_packets_total",
         "gapless_filtered_packets_total",
+        "gapless_session_changes_total",
+        "gapless_unconfirmed_session_packets_total",
         "gapless_trading_authorized",
         "gapless_reorder_buffered",
         "gapless_reorder_buffered_high_water",
@@ -129,6 +133,13 @@ fn metrics_are_served_with_labels_and_live_values() {
     assert_eq!(
         sample_value(&body, &format!("gapless_bytes_received_total{label}")),
         Some(200_000)
+    );
+    assert_eq!(
+        sample_value(
+            &body,
+            &format!("gapless_unconfirmed_session_packets_total{label}")
+        ),
+        Some(4)
     );
     assert_eq!(
         sample_value(&body, &format!("gapless_messages_missing{label}")),
