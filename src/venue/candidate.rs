@@ -24,7 +24,8 @@ use super::feed::SessionKey;
 pub(crate) enum Offer {
     /// Counted and held until the session is confirmed or given up.
     Held,
-    /// Counted, but too long to hold: if the session is adopted, its messages are
+    /// Counted, but too long to hold (or, for a session taking the channel back with a
+    /// count of 1, no room): if the session is adopted, its messages are missing and
     /// recovered like any other loss.
     Counted,
     /// This datagram completes the count: adopt the session, replay the held datagrams,
@@ -41,6 +42,8 @@ pub(crate) struct Candidate {
     retired: bool,
     /// Datagrams of `session` in a row so far.
     seen: u32,
+    /// The lowest sequence any of them carried.
+    lowest: Option<u64>,
     held: Held,
 }
 
@@ -61,9 +64,18 @@ pub(crate) struct Held {
     lens: Box<[(usize, u64)]>,
     count: usize,
     max_datagram: usize,
+    /// The lowest sequence of every datagram counted (held or not, the confirming one
+    /// included), once the session is confirmed.
+    lowest: Option<u64>,
 }
 
 impl Held {
+    /// The lowest sequence the confirmed session's datagrams carried: where a stream
+    /// that takes its first datagram as its start must start, so that none is lost.
+    pub(crate) fn lowest(&self) -> Option<u64> {
+        self.lowest
+    }
+
     /// The held datagrams with their receive times, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
         self.lens
@@ -88,11 +100,13 @@ impl Candidate {
             session: None,
             retired: false,
             seen: 0,
+            lowest: None,
             held: Held {
                 bytes: vec![0; slots.saturating_mul(max_datagram)].into_boxed_slice(),
                 lens: vec![(0, 0); slots].into_boxed_slice(),
                 count: 0,
                 max_datagram,
+                lowest: None,
             },
         }
     }
@@ -112,17 +126,21 @@ impl Candidate {
         });
         self.session = None;
         self.seen = 0;
+        self.lowest = None;
         self.held.count = 0;
         given_up
     }
 
     /// Counts a datagram of `session` (one the channel left behind when `retired`),
-    /// another session than the current one. A count of another session must have been
-    /// given up first; this one then starts from 1.
+    /// another session than the current one, carrying sequence `seq`. A count of another
+    /// session must have been given up first; this one then starts from 1. A session
+    /// left behind needs at least two in a row: one late straggler never takes the
+    /// channel back.
     pub(crate) fn offer(
         &mut self,
         session: SessionKey,
         retired: bool,
+        seq: u64,
         datagram: &[u8],
         recv_ns: u64,
     ) -> Offer {
@@ -132,7 +150,13 @@ impl Candidate {
             self.retired = retired;
         }
         self.seen = self.seen.saturating_add(1);
-        if self.seen >= self.confirm {
+        self.lowest = Some(self.lowest.map_or(seq, |l| l.min(seq)));
+        let need = if self.retired {
+            self.confirm.max(2)
+        } else {
+            self.confirm
+        };
+        if self.seen >= need {
             return Offer::Confirmed;
         }
         let i = self.held.count;
@@ -158,12 +182,14 @@ impl Candidate {
     pub(crate) fn take(&mut self) -> Held {
         self.session = None;
         self.seen = 0;
+        self.held.lowest = self.lowest.take();
         std::mem::take(&mut self.held)
     }
 
     /// Puts the buffers taken by [`Candidate::take`] back, empty.
     pub(crate) fn restore(&mut self, mut held: Held) {
         held.count = 0;
+        held.lowest = None;
         self.held = held;
     }
 }
@@ -180,25 +206,30 @@ mod tests {
     fn confirms_after_a_run_and_holds_what_came_before() {
         let mut c = Candidate::new(3, 8);
         let s = key(b"NEXT000001");
-        assert_eq!(c.offer(s, false, b"one", 1), Offer::Held);
-        assert_eq!(c.offer(s, false, b"two", 2), Offer::Held);
+        assert_eq!(c.offer(s, false, 10, b"one", 1), Offer::Held);
+        assert_eq!(c.offer(s, false, 11, b"two", 2), Offer::Held);
         assert_eq!(c.counting(), Some(s));
-        assert_eq!(c.offer(s, false, b"three", 3), Offer::Confirmed);
+        assert_eq!(c.offer(s, false, 9, b"three", 3), Offer::Confirmed);
         let held = c.take();
         let got: Vec<(&[u8], u64)> = held.iter().collect();
         assert_eq!(got, [(&b"one"[..], 1), (&b"two"[..], 2)]);
+        assert_eq!(
+            held.lowest(),
+            Some(9),
+            "the confirming datagram's counts too"
+        );
         assert_eq!(c.counting(), None);
         assert_eq!(c.give_up(), None, "adopted: nothing to give up");
         c.restore(held);
         // The buffers are back: the next candidate is held again.
-        assert_eq!(c.offer(s, false, b"four", 4), Offer::Held);
+        assert_eq!(c.offer(s, false, 12, b"four", 4), Offer::Held);
     }
 
     #[test]
     fn the_current_session_or_another_candidate_restarts_the_count() {
         let mut c = Candidate::new(2, 8);
         let (a, b) = (key(b"STRAY00001"), key(b"STRAY00002"));
-        assert_eq!(c.offer(a, true, b"a", 1), Offer::Held);
+        assert_eq!(c.offer(a, true, 1, b"a", 1), Offer::Held);
         assert_eq!(
             c.give_up(),
             Some(GivenUp {
@@ -207,16 +238,16 @@ mod tests {
             })
         );
         assert_eq!(
-            c.offer(a, false, b"a", 2),
+            c.offer(a, false, 1, b"a", 2),
             Offer::Held,
             "counted from 1 again"
         );
         assert_eq!(
-            c.offer(b, false, b"b", 3),
+            c.offer(b, false, 1, b"b", 3),
             Offer::Held,
             "another session starts over"
         );
-        assert_eq!(c.offer(b, false, b"b", 4), Offer::Confirmed);
+        assert_eq!(c.offer(b, false, 2, b"b", 4), Offer::Confirmed);
         assert_eq!(c.take().iter().count(), 1, "only b's datagram is held");
     }
 
@@ -224,15 +255,24 @@ mod tests {
     fn confirm_one_adopts_at_once_and_long_datagrams_are_counted_not_held() {
         let mut c = Candidate::new(1, 8);
         assert_eq!(
-            c.offer(key(b"NEXT000001"), false, b"x", 1),
+            c.offer(key(b"NEXT000001"), false, 1, b"x", 1),
             Offer::Confirmed
         );
         let mut c = Candidate::new(3, 4);
         let s = key(b"NEXT000001");
-        assert_eq!(c.offer(s, false, b"too long", 1), Offer::Counted);
-        assert_eq!(c.offer(s, false, b"ok", 2), Offer::Held);
-        assert_eq!(c.offer(s, false, b"go", 3), Offer::Confirmed);
+        assert_eq!(c.offer(s, false, 1, b"too long", 1), Offer::Counted);
+        assert_eq!(c.offer(s, false, 2, b"ok", 2), Offer::Held);
+        assert_eq!(c.offer(s, false, 3, b"go", 3), Offer::Confirmed);
         let held = c.take();
         assert_eq!(held.iter().collect::<Vec<_>>(), [(&b"ok"[..], 2)]);
+        assert_eq!(held.lowest(), Some(1), "the datagram not held counts");
+    }
+
+    #[test]
+    fn a_session_left_behind_needs_two_in_a_row_even_with_a_count_of_one() {
+        let mut c = Candidate::new(1, 8);
+        let s = key(b"OLD0000001");
+        assert_eq!(c.offer(s, true, 5, b"late", 1), Offer::Counted);
+        assert_eq!(c.offer(s, true, 6, b"again", 2), Offer::Confirmed);
     }
 }

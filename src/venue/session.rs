@@ -172,8 +172,11 @@ const TX_QUEUE: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Retired {
     session: SessionKey,
-    /// Where the stream resumes if the session takes the channel back.
-    next: u64,
+    /// Where the stream resumes if the session takes the channel back; `None` when it
+    /// had not started (the channel's baseline rule then applies again).
+    next: Option<u64>,
+    /// It announced its end: it never takes the channel back.
+    ended: bool,
 }
 
 struct Channel {
@@ -372,7 +375,8 @@ impl FeedSession {
             c.stats.malformed += 1;
             return;
         };
-        let Some(epoch) = self.epoch_of(now, channel, d.session, datagram, recv_ns, via, emit)
+        let Some(epoch) =
+            self.epoch_of(now, channel, d.session, d.seq, datagram, recv_ns, via, emit)
         else {
             return;
         };
@@ -450,6 +454,7 @@ impl FeedSession {
         now: u64,
         channel: usize,
         session: SessionKey,
+        seq: u64,
         datagram: &[u8],
         recv_ns: u64,
         via: Via,
@@ -458,9 +463,9 @@ impl FeedSession {
         let c = self.channels.get_mut(channel)?;
         let current = c.session;
         if current == Some(session) {
-            if c.candidate.counting().is_some() {
-                // The current session is alive: whatever was being counted was not a
-                // restart.
+            if via == Via::Multicast && c.candidate.counting().is_some() {
+                // The current session is alive on the feed: whatever was being counted
+                // was not a restart. (An answer to an old request proves nothing.)
                 c.give_up_candidate();
             }
             return Some(c.epoch);
@@ -471,7 +476,7 @@ impl FeedSession {
             .flatten()
             .find(|r| r.session == session)
             .copied();
-        if via == Via::Unicast {
+        if via == Via::Unicast || retired.is_some_and(|r| r.ended) {
             // Answers to requests are no evidence of a live session: only the feed is.
             match retired {
                 Some(_) => c.stats.stale_session += 1,
@@ -487,7 +492,7 @@ impl FeedSession {
             true
         } else {
             c.candidate
-                .offer(session, retired.is_some(), datagram, recv_ns)
+                .offer(session, retired.is_some(), seq, datagram, recv_ns)
                 == Offer::Confirmed
         };
         if !adopt {
@@ -499,9 +504,17 @@ impl FeedSession {
             None => c.session = Some(session),
             Some(current) => self.adopt_session(channel, current, session, retired, emit),
         }
+        let held = self.channels.get_mut(channel)?.candidate.take();
+        // A stream that takes its first datagram as its start (a live start, not yet
+        // started in this session) starts at the lowest the session sent while it was
+        // being confirmed: a datagram that could not be held is then missing, not lost.
+        let unstarted = current.is_none() || retired.is_some_and(|r| r.next.is_none());
+        if let (true, None, Some(lowest)) = (unstarted, self.spec.start_from, held.lowest()) {
+            let c = self.channels.get(channel)?;
+            self.detector.heartbeat(c.stream, c.epoch, lowest);
+        }
         // The datagrams that led up to the change (all of `session`), in the order they
         // came. They were counted as received when they arrived.
-        let held = self.channels.get_mut(channel)?.candidate.take();
         for (bytes, held_recv_ns) in held.iter() {
             self.on_datagram(now, channel, bytes, held_recv_ns, Via::Multicast, emit);
             if let Some(c) = self.channels.get_mut(channel) {
@@ -531,15 +544,20 @@ impl FeedSession {
         };
         let left = Retired {
             session: current,
-            next: self.detector.expected(c.stream).unwrap_or(1),
+            next: self.detector.expected(c.stream),
+            ended: c.end_of_session,
         };
-        for slot in &mut c.retired {
-            if slot.is_some_and(|r| r.session == session) {
-                *slot = None;
-            }
+        // The one left now first, then the others, newest first, without the session
+        // taking the channel (back).
+        let mut retired_now = [None; RETIRED_SESSIONS];
+        let kept = c.retired.iter().flatten().filter(|r| r.session != session);
+        for (slot, r) in retired_now
+            .iter_mut()
+            .zip(std::iter::once(&left).chain(kept))
+        {
+            *slot = Some(*r);
         }
-        c.retired.rotate_right(1);
-        c.retired[0] = Some(left);
+        c.retired = retired_now;
         c.session = Some(session);
         c.epoch += 1;
         c.stats.new_sessions += 1;
@@ -552,11 +570,19 @@ impl FeedSession {
             stream: id,
             state: Published::Unseen,
         });
-        let start = retired.map_or(1, |r| r.next);
-        let mut out = std::mem::take(&mut self.out);
-        self.detector
-            .resynchronize_epoch(stream, epoch, start, &mut out);
-        self.out = out;
+        // A new session is numbered from 1; one taking the channel back resumes where its
+        // stream had got to, or, had it not started, starts by the channel's baseline rule
+        // with its first datagram of the new epoch.
+        let start = match retired {
+            None => Some(1),
+            Some(r) => r.next,
+        };
+        if let Some(start) = start {
+            let mut out = std::mem::take(&mut self.out);
+            self.detector
+                .resynchronize_epoch(stream, epoch, start, &mut out);
+            self.out = out;
+        }
         self.release_discarded(channel);
         if let Some(c) = self.channels.get_mut(channel) {
             c.published = Published::Unseen;
