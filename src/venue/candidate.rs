@@ -14,8 +14,13 @@
 //! loses nothing and is only held up by those datagrams. A datagram of the current session
 //! ends the count and throws the held ones away.
 //!
-//! A session that was left behind is a candidate like any other: if it was the real one
-//! all along (a burst of strays took its place), it takes the channel back the same way.
+//! A session that was left behind is a candidate like any other, with two datagrams in a
+//! row at least: if it was the real one all along (a burst of strays took its place), it
+//! takes the channel back the same way. One that announced its end never does.
+//!
+//! A stream that takes its first datagram as its start starts, in a session adopted this
+//! way, at the lowest sequence any counted datagram carried, so that one which could not
+//! be held (longer than the buffers) is a gap to recover rather than skipped.
 
 use super::feed::SessionKey;
 

@@ -87,8 +87,9 @@ pub struct FeedSpec {
     /// (1: at once); the first session of a channel with none configured is confirmed the
     /// same way. Those before the last are held and delivered once it is adopted, so a
     /// restart loses nothing, while a stray datagram or two on the group never retire the
-    /// real session. A session left behind takes the channel back the same way, resuming
-    /// where its stream had got to.
+    /// real session. A session left behind takes the channel back the same way (with two
+    /// datagrams at least), resuming where its stream had got to, unless it announced
+    /// its end.
     pub session_confirm: u32,
     /// What to do with a gap nothing can recover.
     pub gap_policy: GapPolicy,
