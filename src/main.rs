@@ -180,7 +180,7 @@ fn main() -> ExitCode {
             }
             let options = service::ServiceOptions {
                 status_every: (status_secs > 0).then(|| Duration::from_secs(status_secs)),
-                duration: None,
+                ..service::ServiceOptions::default()
             };
             match service::run_service(config, &options) {
                 Ok(summary) => {

@@ -150,9 +150,19 @@ pub fn run_demo(duration: Duration) -> Result<RunSummary, DemoError> {
     );
     let sims = start_mold_simulators(&config, 50_000.0, duration)?;
     let binance = start_binance_simulators(&config)?;
+    let mold_venues = config
+        .venues
+        .iter()
+        .filter(|v| matches!(v.kind, VenueKind::MoldUdp64 { .. }))
+        .map(|v| v.name.as_str().to_string())
+        .collect();
     let options = ServiceOptions {
         status_every: Some(Duration::from_secs(1)),
-        duration: Some(duration + Duration::from_secs(2)),
+        // The MoldUDP64 simulator publishes for `duration`, then ends its session: the
+        // summary waits (15 s at most) for the handler to have recovered and delivered
+        // everything up to the end.
+        duration: Some(duration),
+        until_closed: Some((mold_venues, Duration::from_secs(15))),
     };
     let summary = run_service(config, &options);
     for sim in sims {

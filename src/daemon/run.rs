@@ -481,7 +481,7 @@ impl Running {
                     stream: venue.session().channel_name(c).to_string(),
                     stats: venue.session().stats(c),
                     sockets: venue.socket_stats(c),
-                    state: crate::venue::published(venue.session().state(c)),
+                    state: venue.session().published_state(c),
                 });
             }
         }

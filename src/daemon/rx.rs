@@ -530,7 +530,7 @@ impl RxLoop {
                     stream: venue.session.channel_name(c).to_string(),
                     stats: venue.session.stats(c),
                     sockets: venue.socket_stats(c),
-                    state: crate::venue::published(venue.session.state(c)),
+                    state: venue.session.published_state(c),
                 };
                 let id = usize::from(venue.session.stream_id(c));
                 if let Some(m) = self.shared.stream_metrics.get(id) {

@@ -15,6 +15,35 @@ pub struct ServiceOptions {
     pub status_every: Option<Duration>,
     /// Stop after this long (the demo); `None` runs until SIGTERM or SIGINT.
     pub duration: Option<Duration>,
+    /// Once `duration` is over, go on for up to this long while a stream of these venues
+    /// is not yet closed (its session ended and everything it sent was delivered), so
+    /// that the summary covers all of it (the demo's simulators end their sessions).
+    pub until_closed: Option<(Vec<String>, Duration)>,
+}
+
+/// True once `duration` has passed and, within the grace of `until_closed`, every stream
+/// of its venues is closed.
+fn finished(
+    options: &ServiceOptions,
+    elapsed: Duration,
+    views: impl FnOnce() -> Vec<StreamView>,
+) -> bool {
+    let Some(duration) = options.duration else {
+        return false;
+    };
+    if elapsed < duration {
+        return false;
+    }
+    match &options.until_closed {
+        None => true,
+        Some((venues, grace)) => {
+            elapsed >= duration.saturating_add(*grace)
+                || views()
+                    .iter()
+                    .filter(|v| venues.contains(&v.venue))
+                    .all(|v| v.state == crate::publish::StreamState::Closed)
+        }
+    }
 }
 
 /// Blocks SIGTERM and SIGINT in this thread and every thread started after it, so they
@@ -90,7 +119,7 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
             crate::log_error!("the rx loop ended on its own");
             break;
         }
-        if options.duration.is_some_and(|d| started.elapsed() >= d) {
+        if finished(options, started.elapsed(), || running.views()) {
             break;
         }
         if let Some(every) = options.status_every
@@ -191,4 +220,57 @@ pub fn summary_text(summary: &RunSummary) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::StreamState;
+
+    fn view(venue: &str, state: StreamState) -> StreamView {
+        StreamView {
+            venue: venue.to_string(),
+            stream: "s".to_string(),
+            stats: Default::default(),
+            sockets: Default::default(),
+            state,
+        }
+    }
+
+    #[test]
+    fn a_timed_run_ends_after_its_duration_and_waits_for_closing_streams_within_the_grace() {
+        let secs = Duration::from_secs;
+        let forever = ServiceOptions::default();
+        assert!(!finished(&forever, secs(1_000_000), Vec::new));
+        let timed = ServiceOptions {
+            duration: Some(secs(20)),
+            ..ServiceOptions::default()
+        };
+        assert!(!finished(&timed, secs(19), Vec::new));
+        assert!(finished(&timed, secs(20), Vec::new));
+        let until_closed = ServiceOptions {
+            duration: Some(secs(20)),
+            until_closed: Some((vec!["mold".to_string()], secs(15))),
+            ..ServiceOptions::default()
+        };
+        let open = || {
+            vec![
+                view("mold", StreamState::Synced),
+                view("binance", StreamState::Synced),
+            ]
+        };
+        let closed = || {
+            vec![
+                view("mold", StreamState::Closed),
+                view("binance", StreamState::Synced),
+            ]
+        };
+        assert!(!finished(&until_closed, secs(19), closed));
+        assert!(!finished(&until_closed, secs(25), open));
+        assert!(
+            finished(&until_closed, secs(25), closed),
+            "other venues never close"
+        );
+        assert!(finished(&until_closed, secs(35), open), "the grace is over");
+    }
 }

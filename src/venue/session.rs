@@ -284,6 +284,14 @@ impl FeedSession {
             .map_or(StreamState::Unseen, |c| self.detector.state(c.stream))
     }
 
+    /// The channel's state as its consumers last saw it: the sequencing state, or
+    /// [`Published::Closed`] once its session ended with nothing missing.
+    pub fn published_state(&self, channel: usize) -> Published {
+        self.channels
+            .get(channel)
+            .map_or(Published::Unseen, |c| c.published)
+    }
+
     /// The wire format.
     pub fn wire(&self) -> Wire {
         self.spec.wire
