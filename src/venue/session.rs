@@ -486,7 +486,8 @@ impl FeedSession {
             .find(|r| r.session == session)
             .copied();
         if via == Via::Unicast || retired.is_some_and(|r| r.ended) {
-            // Answers to requests are no evidence of a live session: only the feed is.
+            // Answers to requests are no evidence of a live session, only the feed is; and
+            // a session that announced its end is over.
             match retired {
                 Some(_) => c.stats.stale_session += 1,
                 None => c.stats.unconfirmed_session += 1,
