@@ -67,10 +67,9 @@ const OTHER_SESSION_LOG_EVERY_NS: u64 = 10_000_000_000;
 
 impl SessionLog {
     /// Logs a session change, and datagrams of another session (at most every
-    /// [`OTHER_SESSION_LOG_EVERY_NS`]), since the last call.
-    fn update(&mut self, now: u64, venue: &str, session: &FeedSession, channel: usize) {
-        let stats = session.stats(channel);
-        let name = session.channel_name(channel);
+    /// [`OTHER_SESSION_LOG_EVERY_NS`]), since the last call, from the channel's `view`.
+    fn update(&mut self, now: u64, view: &StreamView, session: &FeedSession, channel: usize) {
+        let (venue, name, stats) = (&view.venue, &view.stream, &view.stats);
         if stats.new_sessions > self.changes {
             self.changes = stats.new_sessions;
             let current = session
@@ -357,19 +356,14 @@ impl RxLoop {
             if now.saturating_sub(self.last_publish) >= self.options.publish_every.as_nanos() as u64
             {
                 self.last_publish = now;
-                self.publish_views();
-                for venue in &mut self.venues {
-                    for (c, log) in venue.session_logs.iter_mut().enumerate() {
-                        log.update(now, &venue.name, &venue.session, c);
-                    }
-                }
+                self.publish_views(now);
             }
             if work == 0 {
                 self.fanout.flush_overruns();
             }
             self.idler.idle(work);
         }
-        self.publish_views();
+        self.publish_views(self.clock.now_ns());
         Ok(RxResult {
             venues: self.venues,
             binance: self.binance,
@@ -521,9 +515,11 @@ impl RxLoop {
         work
     }
 
-    fn publish_views(&self) {
+    /// Publishes every stream's view and metrics, and logs session changes and strays
+    /// seen since the last call (`now`: the rx clock).
+    fn publish_views(&mut self, now: u64) {
         let mut views = Vec::new();
-        for venue in &self.venues {
+        for venue in &mut self.venues {
             for c in 0..venue.session.channel_count() {
                 let view = StreamView {
                     venue: venue.name.clone(),
@@ -539,6 +535,9 @@ impl RxLoop {
                     sample.state = view.state;
                     m.publish(&sample);
                     m.set_state(view.state);
+                }
+                if let Some(log) = venue.session_logs.get_mut(c) {
+                    log.update(now, &view, &venue.session, c);
                 }
                 views.push(view);
             }

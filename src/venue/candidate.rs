@@ -47,8 +47,6 @@ pub(crate) struct Candidate {
     retired: bool,
     /// Datagrams of `session` in a row so far.
     seen: u32,
-    /// The lowest sequence any of them carried.
-    lowest: Option<u64>,
     held: Held,
 }
 
@@ -70,7 +68,7 @@ pub(crate) struct Held {
     count: usize,
     max_datagram: usize,
     /// The lowest sequence of every datagram counted (held or not, the confirming one
-    /// included), once the session is confirmed.
+    /// included).
     lowest: Option<u64>,
 }
 
@@ -105,7 +103,6 @@ impl Candidate {
             session: None,
             retired: false,
             seen: 0,
-            lowest: None,
             held: Held {
                 bytes: vec![0; slots.saturating_mul(max_datagram)].into_boxed_slice(),
                 lens: vec![(0, 0); slots].into_boxed_slice(),
@@ -131,8 +128,8 @@ impl Candidate {
         });
         self.session = None;
         self.seen = 0;
-        self.lowest = None;
         self.held.count = 0;
+        self.held.lowest = None;
         given_up
     }
 
@@ -155,7 +152,7 @@ impl Candidate {
             self.retired = retired;
         }
         self.seen = self.seen.saturating_add(1);
-        self.lowest = Some(self.lowest.map_or(seq, |l| l.min(seq)));
+        self.held.lowest = Some(self.held.lowest.map_or(seq, |l| l.min(seq)));
         let need = if self.retired {
             self.confirm.max(2)
         } else {
@@ -187,7 +184,6 @@ impl Candidate {
     pub(crate) fn take(&mut self) -> Held {
         self.session = None;
         self.seen = 0;
-        self.held.lowest = self.lowest.take();
         std::mem::take(&mut self.held)
     }
 

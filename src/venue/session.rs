@@ -364,7 +364,9 @@ impl FeedSession {
         }
     }
 
+    /// Counts a datagram as received, then handles it.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn on_decoded(
         &mut self,
         now: u64,
@@ -380,6 +382,25 @@ impl FeedSession {
         };
         c.stats.packets += 1;
         c.stats.bytes += datagram.len() as u64;
+        self.handle(now, channel, datagram, decoded, recv_ns, via, emit);
+    }
+
+    /// Handles a datagram already counted as received: the session's own, or one held
+    /// while its session was being confirmed.
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        &mut self,
+        now: u64,
+        channel: usize,
+        datagram: &[u8],
+        decoded: Result<feed::Datagram<'_>, ProtocolError>,
+        recv_ns: u64,
+        via: Via,
+        emit: &mut impl Emit,
+    ) {
+        let Some(c) = self.channels.get_mut(channel) else {
+            return;
+        };
         let Ok(d) = decoded else {
             c.stats.malformed += 1;
             return;
@@ -526,11 +547,16 @@ impl FeedSession {
         // The datagrams that led up to the change (all of `session`), in the order they
         // came. They were counted as received when they arrived.
         for (bytes, held_recv_ns) in held.iter() {
-            self.on_datagram(now, channel, bytes, held_recv_ns, Via::Multicast, emit);
-            if let Some(c) = self.channels.get_mut(channel) {
-                c.stats.packets = c.stats.packets.saturating_sub(1);
-                c.stats.bytes = c.stats.bytes.saturating_sub(bytes.len() as u64);
-            }
+            let decoded = feed::decode(self.spec.wire, bytes);
+            self.handle(
+                now,
+                channel,
+                bytes,
+                decoded,
+                held_recv_ns,
+                Via::Multicast,
+                emit,
+            );
         }
         let c = self.channels.get_mut(channel)?;
         c.candidate.restore(held);
