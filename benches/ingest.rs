@@ -17,10 +17,10 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use gapless::daemon::fanout::Fanout;
 use gapless::io::batch::RecvBatch;
 use gapless::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
 use gapless::protocol::moldudp64::{PacketWriter, Session};
+use gapless::publish::fanout::Fanout;
 use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{self, Event};
 use gapless::venue::{ChannelSpec, FeedSession, FeedSpec, Via, Wire};

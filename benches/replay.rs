@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use gapless::capture::CaptureReader;
-use gapless::replay::{ReplayOptions, replay_reader};
+use gapless::drive::replay::{ReplayOptions, replay_reader};
 use gapless::venue::Wire;
 
 fn median(mut xs: Vec<f64>) -> f64 {

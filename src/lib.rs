@@ -13,15 +13,16 @@
 //! - [`config`]: the TOML configuration, validated as a whole with precise errors.
 
 pub mod capture;
+pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod drive;
 pub mod io;
 pub mod log;
 pub mod metrics;
 pub mod protocol;
 pub mod publish;
-pub mod replay;
-pub mod replay_binance;
 pub mod sequencer;
 pub mod sim;
+pub mod sinks;
 pub mod venue;

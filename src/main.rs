@@ -12,10 +12,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
+use gapless::client::unix::tail;
 use gapless::config::Config;
 use gapless::daemon::{demo, service};
-use gapless::publish::sinks::tail::tail;
-use gapless::replay::{ReplayOptions, replay};
+use gapless::drive::replay::{ReplayOptions, replay};
 use gapless::sim::{MoldSimArgs, run_cli};
 use gapless::venue::Wire;
 
@@ -268,7 +268,7 @@ fn main() -> ExitCode {
             let names: Vec<&str> = symbols.iter().map(String::as_str).collect();
             let written = File::create(&out).and_then(|f| {
                 let mut w = BufWriter::new(f);
-                gapless::replay_binance::write_generated_capture(
+                gapless::sim::binance::capture::write_generated_capture(
                     &mut w,
                     market.market(),
                     &names,
@@ -363,12 +363,16 @@ fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
     let market = args.market.market();
     let path = &args.file;
     let result = match &args.jsonl {
-        None => gapless::replay_binance::replay_binance(path, market, &symbols, None),
+        None => gapless::drive::replay_binance::replay_binance(path, market, &symbols, None),
         Some(p) => match File::create(p) {
             Ok(f) => {
                 let mut out = BufWriter::new(f);
-                let r =
-                    gapless::replay_binance::replay_binance(path, market, &symbols, Some(&mut out));
+                let r = gapless::drive::replay_binance::replay_binance(
+                    path,
+                    market,
+                    &symbols,
+                    Some(&mut out),
+                );
                 if let Err(e) = out.flush() {
                     eprintln!("error: {}: {e}", p.display());
                     return ExitCode::FAILURE;

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use gapless::daemon::binance::BinanceVenue;
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{BINANCE_TOKEN_BASE, RxLoop, RxOptions, RxResult, RxShared};
+use gapless::drive::binance::BinanceVenue;
+use gapless::drive::live::{BINANCE_TOKEN_BASE, RxLoop, RxOptions, RxResult, RxShared};
 use gapless::io::idle::IdleStrategy;
+use gapless::publish::fanout::Fanout;
 use gapless::publish::{self, Consumer, Event, StreamState};
 use gapless::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle, FaultConfig};
 use gapless::venue::binance::{BinanceSpec, Market};
@@ -190,7 +190,16 @@ fn replay_files(
             spec.max_pending = 1 << 16;
             spec.pending_bytes = 64 << 20;
         },
-        |_, sim| sim.stats().feed_finished,
+        // Served as fast as the client reads, the whole recording can be out before the
+        // snapshot answer is in (on a loaded machine, well before): stop only once every
+        // symbol has applied its snapshot.
+        |logs, sim| {
+            sim.stats().feed_finished
+                && (0..symbols.len()).all(|i| {
+                    logs.get(&(i as u16))
+                        .is_some_and(|l| l.synced && !l.snapshots.is_empty())
+                })
+        },
         Duration::from_secs(60),
     );
     let session = result.binance[0].session();

@@ -9,11 +9,11 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{ChannelAddress, RxLoop, RxOptions, RxShared, UdpVenue};
+use gapless::drive::live::{ChannelAddress, RxLoop, RxOptions, RxShared, UdpVenue};
 use gapless::io::idle::IdleStrategy;
 use gapless::io::socket::MulticastSpec;
 use gapless::protocol::moldudp64::Session;
+use gapless::publish::fanout::Fanout;
 use gapless::publish::{self, Consumer, Event, StreamState};
 use gapless::sim::itch::synthetic_sequence;
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
@@ -38,7 +38,7 @@ struct Received {
 
 struct Handler {
     shared: RxShared,
-    rx: JoinHandle<std::io::Result<gapless::daemon::rx::RxResult>>,
+    rx: JoinHandle<std::io::Result<gapless::drive::live::RxResult>>,
     consumer: Consumer,
 }
 

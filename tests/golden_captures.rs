@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use gapless::capture::CaptureReader;
-use gapless::replay::{ReplayOptions, replay_reader};
+use gapless::drive::replay::{ReplayOptions, replay_reader};
 use gapless::venue::Wire;
 
 #[test]
@@ -37,7 +37,7 @@ fn moldudp64_capture_with_known_loss_replays_to_its_expected_output() {
 
 #[test]
 fn binance_capture_with_a_dropped_event_replays_to_its_expected_output() {
-    use gapless::replay_binance::replay_binance;
+    use gapless::drive::replay_binance::replay_binance;
     use gapless::venue::binance::Market;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
     let mut out = Vec::new();

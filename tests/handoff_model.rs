@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 mod feed;
 
 use feed::{Rng, datagram, mold_session};
-use gapless::daemon::fanout::Fanout;
 use gapless::protocol::moldudp64;
+use gapless::publish::fanout::Fanout;
 use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{Consumer, Event, Pushed, StreamState, channel};
 use gapless::venue::{ChannelSpec, Emit, FeedSession, FeedSpec, GapPolicy, Via, Wire};

@@ -7,9 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gapless::capture::CaptureReader;
+use gapless::drive::replay::{ReplayOptions, replay_reader};
 use gapless::io::idle::IdleStrategy;
 use gapless::publish::{Event, StreamState};
-use gapless::replay::{ReplayOptions, replay_reader};
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
 use gapless::venue::Wire;
 
@@ -40,7 +40,7 @@ fn recorded_capture_replays_to_what_was_received_live() {
         ..FaultConfig::default()
     };
     let sim = MoldSim::start(cfg).unwrap();
-    let (tap, recorder) = gapless::publish::sinks::pcap::start(&path, 1 << 30, 16 << 20).unwrap();
+    let (tap, recorder) = gapless::sinks::pcap::start(&path, 1 << 30, 16 << 20).unwrap();
     let spec = udp::spec(Wire::MoldUdp64, Some(sim.rerequest_addr()));
     let mut handler = udp::start(spec, GROUP, IdleStrategy::Yield, 32 << 20, Some(tap));
     let consumer = &mut handler.consumer;

@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use gapless::replay_binance::{
-    BinanceReplaySummary, ReplayBinanceError, replay_binance, write_generated_capture,
-};
+use gapless::drive::replay_binance::{BinanceReplaySummary, ReplayBinanceError, replay_binance};
+use gapless::sim::binance::capture::write_generated_capture;
 use gapless::venue::binance::{Market, SymbolState};
 
 const SYMBOLS: [&str; 2] = ["btcusdt", "ethusdt"];

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use gapless::capture::{CaptureReader, PcapWriter, Stats};
+use gapless::drive::replay::{ReplayOptions, ReplaySummary, replay_reader};
 use gapless::protocol::iex_tp;
-use gapless::replay::{ReplayOptions, ReplaySummary, replay_reader};
 use gapless::sequencer::SeqRange;
 use gapless::venue::Wire;
 

@@ -15,7 +15,7 @@
 mod feed;
 
 use feed::{Rng, datagram, message};
-use gapless::daemon::fanout::Fanout;
+use gapless::publish::fanout::Fanout;
 use gapless::publish::{self, Event, StreamState};
 use gapless::venue::{ChannelSpec, Emit, FeedSession, FeedSpec, GapPolicy, Via, Wire};
 

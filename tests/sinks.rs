@@ -10,12 +10,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gapless::client::unix::{Record, RecordReader, TailEnd, TailError, tail};
 use gapless::publish::jsonl::StreamNames;
-use gapless::publish::sinks::{
-    JsonlSink, Record, RecordReader, SinkError, StreamName, TailEnd, TailError, UnixSink,
-    WireError, encode_cut_off, encode_event, encode_hello, tail,
-};
+use gapless::publish::wire::{StreamName, WireError, encode_cut_off, encode_event, encode_hello};
 use gapless::publish::{Event, Producer, Pushed, StreamState, channel};
+use gapless::sinks::{JsonlSink, SinkError, UnixSink};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 

@@ -1,11 +1,8 @@
 //! The daemon: turns a validated configuration into running venues, sinks and metrics.
 
-pub mod binance;
 pub mod demo;
-pub mod fanout;
 pub mod notify;
 pub mod run;
-pub mod rx;
 pub mod service;
 pub mod specs;
 

@@ -34,22 +34,22 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::binance::BinanceVenue;
-use super::fanout::Fanout;
-use super::rx::{
-    BINANCE_TOKEN_BASE, ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, StreamView, UdpVenue,
-};
 use super::specs::{binance_spec, feed_spec};
 use crate::config::{Config, Idle, Sink, VenueKind};
+use crate::drive::binance::BinanceVenue;
+use crate::drive::live::{
+    BINANCE_TOKEN_BASE, ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, StreamView, UdpVenue,
+};
 use crate::io::idle::IdleStrategy;
 use crate::io::socket::MulticastSpec;
 use crate::metrics::{Exporter, ExporterHandle, Registry, StreamMetrics};
+use crate::publish::fanout::Fanout;
 use crate::publish::jsonl::StreamNames;
-use crate::publish::sinks::StreamName;
-use crate::publish::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
-use crate::publish::sinks::pcap::PcapSinkHandle;
-use crate::publish::sinks::unix::{UnixSink, UnixSinkHandle};
+use crate::publish::wire::StreamName;
 use crate::publish::{Consumer, Producer, channel};
+use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
+use crate::sinks::pcap::PcapSinkHandle;
+use crate::sinks::unix::{UnixSink, UnixSinkHandle};
 
 /// Why the daemon could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -260,13 +260,11 @@ impl Daemon {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         let _ = std::fs::create_dir_all(dir);
                     }
-                    let (tap, handle) =
-                        crate::publish::sinks::pcap::start(path, *rotate_bytes, 64 << 20).map_err(
-                            |e| DaemonError::Sink {
-                                path: path.clone(),
-                                reason: e.to_string(),
-                            },
-                        )?;
+                    let (tap, handle) = crate::sinks::pcap::start(path, *rotate_bytes, 64 << 20)
+                        .map_err(|e| DaemonError::Sink {
+                            path: path.clone(),
+                            reason: e.to_string(),
+                        })?;
                     recorder = Some((tap, handle));
                 }
             }
@@ -491,7 +489,7 @@ impl Running {
                 summary.streams.push(StreamView {
                     venue: venue.name.clone(),
                     stream: session.symbol_name(symbol).unwrap_or("").to_string(),
-                    stats: super::binance::channel_stats(&session.stats(symbol)),
+                    stats: crate::drive::binance::channel_stats(&session.stats(symbol)),
                     sockets: Default::default(),
                     state: session.published_state(symbol),
                 });

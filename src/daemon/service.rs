@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::notify::{notify, spawn_watchdog, watchdog_interval};
 use super::run::{Daemon, DaemonError, RunSummary};
-use super::rx::StreamView;
 use crate::config::Config;
+use crate::drive::live::StreamView;
 
 /// How long to run and what to print while running.
 #[derive(Debug, Clone, Default)]

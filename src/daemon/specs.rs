@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use thiserror::Error;
 
 use crate::config::{Channel, Config, Recovery, Snapshot, Start, Venue, VenueKind};
-use crate::replay::ReplayOptions;
+use crate::drive::replay::ReplayOptions;
 use crate::venue::{ChannelSpec, FeedSpec, RequestPolicy, SessionKey, SnapshotSpec, Wire};
 
 /// Why a configuration cannot drive what was asked of it.

@@ -59,11 +59,12 @@
 //! ```
 
 pub mod event;
+pub mod fanout;
 pub mod jsonl;
 pub mod queue;
 pub mod run;
-pub mod sinks;
 pub mod stats;
+pub mod wire;
 
 mod codec;
 mod consumer;

@@ -4,16 +4,12 @@
 //! - [`FeedSession`]: point-sequenced UDP venues, MoldUDP64 and IEX-TP: session epochs,
 //!   re-request recovery, snapshot fallback over SoupBinTCP, heartbeats and end of session.
 
-pub mod arena;
 pub mod binance;
-mod candidate;
-pub mod feed;
-pub mod recovery;
-mod session;
+pub mod udp;
 
-pub use feed::{SessionKey, Wire};
-pub use recovery::RequestPolicy;
-pub use session::{
+pub use udp::recovery::RequestPolicy;
+pub use udp::wire::{SessionKey, Wire};
+pub use udp::{
     ChannelSpec, FeedSession, FeedSpec, SnapshotEvent, SnapshotSpec, SnapshotTask, Transmit,
     published,
 };

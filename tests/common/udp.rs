@@ -7,12 +7,12 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
-use gapless::daemon::fanout::Fanout;
-use gapless::daemon::rx::{ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, UdpVenue};
+use gapless::drive::live::{ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, UdpVenue};
 use gapless::io::idle::IdleStrategy;
 use gapless::io::socket::MulticastSpec;
-use gapless::publish::sinks::pcap::PcapTap;
+use gapless::publish::fanout::Fanout;
 use gapless::publish::{self, Consumer};
+use gapless::sinks::pcap::PcapTap;
 use gapless::venue::{ChannelSpec, FeedSpec, Wire};
 
 /// A running rx loop and its consumer.

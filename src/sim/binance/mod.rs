@@ -56,6 +56,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod book;
+pub mod capture;
 pub mod cli;
 pub mod faults;
 pub mod feed;

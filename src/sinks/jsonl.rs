@@ -10,7 +10,7 @@
 //! ```
 //! use gapless::publish::jsonl::StreamNames;
 //! use gapless::publish::{Event, channel};
-//! use gapless::publish::sinks::JsonlSink;
+//! use gapless::sinks::JsonlSink;
 //!
 //! let (mut producer, consumer) = channel(64 * 1024, 1);
 //! let mut names = StreamNames::new();
@@ -20,7 +20,7 @@
 //! let _ = producer.push(&gap);
 //! let stats = sink.stop()?;
 //! assert_eq!(stats.lines, 1);
-//! # Ok::<(), gapless::publish::sinks::SinkError>(())
+//! # Ok::<(), gapless::sinks::SinkError>(())
 //! ```
 
 use std::fs::OpenOptions;
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::publish::Consumer;
 use crate::publish::jsonl::{JsonlFormatter, StreamNames};
 
-use crate::publish::sinks::{Backoff, SinkError};
+use crate::sinks::{Backoff, SinkError};
 
 /// Longest time a written line stays in the buffer.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);

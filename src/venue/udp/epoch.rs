@@ -22,7 +22,7 @@
 //! way, at the lowest sequence any counted datagram carried, so that one which could not
 //! be held (longer than the buffers) is a gap to recover rather than skipped.
 
-use super::feed::SessionKey;
+use super::wire::SessionKey;
 
 /// What [`Candidate::offer`] decided about a datagram of another session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,13 +14,13 @@
 //! ```no_run
 //! use std::io;
 //!
-//! use gapless::publish::sinks::{TailEnd, tail};
+//! use gapless::client::unix::{TailEnd, tail};
 //!
 //! let summary = tail("/run/gapless/feed.sock", io::stdout().lock(), Some(1000))?;
 //! if matches!(summary.end, TailEnd::CutOff(_)) {
 //!     eprintln!("fell behind after {} events", summary.events);
 //! }
-//! # Ok::<(), gapless::publish::sinks::TailError>(())
+//! # Ok::<(), gapless::client::unix::TailError>(())
 //! ```
 
 use std::io::{self, BufReader, Read, Write};
@@ -31,7 +31,7 @@ use crate::publish::Event;
 use crate::publish::jsonl::JsonlFormatter;
 use thiserror::Error;
 
-use crate::publish::sinks::{
+use crate::publish::wire::{
     CUT_OFF_TAG, HELLO_MAGIC, MAX_RECORD_LEN, StreamName, WIRE_VERSION, WireError,
 };
 

@@ -12,10 +12,12 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use super::arena::{MsgRef, PacketArena};
-use super::candidate::{Candidate, Offer};
-use super::feed::{self, Kind, SessionKey, Wire};
-use super::recovery::{Plan, RequestPolicy, Requester};
+mod epoch;
+pub mod payload;
+pub mod recovery;
+pub mod wire;
+
+use self::wire as feed;
 use super::{ChannelStats, Emit, GapPolicy, Via};
 use crate::protocol::ProtocolError;
 use crate::protocol::moldudp64::{Request, Session};
@@ -25,6 +27,10 @@ use crate::sequencer::{
     Baseline, Delivered, Detector, Disposition, Frame, SeqRange, StreamConfig, StreamId,
     StreamState,
 };
+use epoch::{Candidate, Offer};
+use payload::{MsgRef, PacketArena};
+use recovery::{Plan, RequestPolicy, Requester};
+use wire::{Kind, SessionKey, Wire};
 
 /// How to reach a channel's snapshot service (SoupBinTCP, GLIMPSE-style).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! [`Consumer`] and copies every event into each client's own
 //! [`channel`], so the rx thread never waits on a client. Each client has a
 //! writer thread that frames records as described in the [module
-//! documentation](super) (a hello, then `[u32 length][encoded event]`
+//! documentation](crate::publish::wire) (a hello, then `[u32 length][encoded event]`
 //! records) and writes them in batches of up to 64 KiB.
 //!
 //! A client whose queue overflows is cut off at once: the dispatcher stops
@@ -17,11 +17,11 @@
 //! cut-off record with the reason after the bytes it had already batched,
 //! and closes the connection. Other clients are not affected. A client that
 //! does not read even that is closed after
-//! [`FINAL_FLUSH`](super::FINAL_FLUSH).
+//! [`FINAL_FLUSH`](crate::publish::wire::FINAL_FLUSH).
 //!
 //! [`UnixSinkHandle::stop`] forwards what is in the input queue, lets every
 //! writer flush its queue (again for at most
-//! [`FINAL_FLUSH`](super::FINAL_FLUSH)), closes the connections and removes
+//! [`FINAL_FLUSH`](crate::publish::wire::FINAL_FLUSH)), closes the connections and removes
 //! the socket file.
 
 use std::fs;
@@ -36,9 +36,12 @@ use std::time::Duration;
 
 use crate::publish::{Consumer, Producer, Pushed, channel};
 
-use crate::publish::sinks::{
-    Backoff, ClientState, ConnectionWriter, SinkError, StreamName, encode_hello,
-};
+mod writer;
+
+use writer::{ClientState, ConnectionWriter};
+
+use crate::publish::wire::{StreamName, encode_hello};
+use crate::sinks::{Backoff, SinkError};
 
 /// Socket write timeout: how often a blocked writer looks at its flags.
 const WRITE_POLL: Duration = Duration::from_millis(50);

@@ -13,13 +13,13 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 
 use super::binance::BinanceVenue;
-use super::fanout::Fanout;
 use crate::io::batch::RecvBatch;
 use crate::io::clock::Clock;
 use crate::io::idle::{IdleStrategy, Idler};
 use crate::io::socket::{MulticastSpec, SocketInfo, open_multicast, open_unicast};
 use crate::io::soup::{SnapshotReply, spawn_fetch};
-use crate::publish::sinks::pcap::PcapTap;
+use crate::publish::fanout::Fanout;
+use crate::sinks::pcap::PcapTap;
 use crate::venue::{ChannelStats, FeedSession, FeedSpec, SnapshotEvent, Via};
 
 /// Sockets of one channel: the multicast feed and a unicast socket whose answers are
