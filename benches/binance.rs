@@ -197,8 +197,8 @@ fn main() {
 /// generated spot capture (one symbol, 200,000 events) replayed through the Binance
 /// session (scan, sync rules, sequencer) into a consumer queue that a reader drains.
 fn whole_path() {
+    use gapless::internals::Fanout;
     use gapless::publish;
-    use gapless::publish::fanout::Fanout;
     use gapless::sim::binance::capture::write_generated_capture;
     use gapless::venue::binance::{BinanceSession, BinanceSpec, Market, SnapshotResult};
 

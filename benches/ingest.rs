@@ -17,13 +17,15 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use gapless::io::batch::RecvBatch;
-use gapless::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
+use gapless::internals::Fanout;
+use gapless::internals::RecvBatch;
+use gapless::internals::{MulticastSpec, open_multicast, open_multicast_sender};
 use gapless::protocol::moldudp64::{PacketWriter, Session};
-use gapless::publish::fanout::Fanout;
 use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{self, Event};
-use gapless::venue::{ChannelSpec, FeedSession, FeedSpec, Via, Wire};
+use gapless::time::{Mono, Wall};
+use gapless::venue::udp::LineSpec;
+use gapless::venue::{ChannelSpec, FeedSpec, Received, UdpVenue, Via, Wire};
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 1), 46301);
 const DATAGRAMS: u64 = 2_000;
@@ -95,12 +97,7 @@ fn ingest() -> Option<Ingest> {
     let (mut bare_copy, mut live) = (Vec::new(), Vec::new());
     // A bare ring of the consumer queue's size, for the copy floor below.
     let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(QUEUE_BYTES);
-    let channel = ChannelSpec {
-        name: "bench".into(),
-        session: None,
-        rerequest: Vec::new(),
-        snapshot: None,
-    };
+    let channel = ChannelSpec::new("bench", LineSpec::loopback(spec.group));
     let spec = FeedSpec::new(Wire::MoldUdp64, vec![channel]);
     let mut delivered = 0;
     // The daemon's default consumer queue (65,536 slots of 64 bytes): a round fits.
@@ -128,7 +125,7 @@ fn ingest() -> Option<Ingest> {
         next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
         // A fresh session (allocated before the clock starts) adopts this round's first
         // datagram, so the sequences the bare round consumed are not a gap.
-        let mut session = FeedSession::new(spec.clone());
+        let mut session = UdpVenue::new("bench", spec.clone());
         let ns = timed_drain(&sender, &packets, || {
             to_session(&mut batch, fd, &mut session, round, &mut fanout)
         })?;
@@ -139,7 +136,7 @@ fn ingest() -> Option<Ingest> {
         // The same again with the hand-off left out: where the rest of the time goes.
         let packets = datagrams(next_seq);
         next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
-        let mut session = FeedSession::new(spec.clone());
+        let mut session = UdpVenue::new("bench", spec.clone());
         let ns = timed_drain(&sender, &packets, || {
             to_session(&mut batch, fd, &mut session, round, &mut Discard)
         })?;
@@ -165,7 +162,7 @@ fn ingest() -> Option<Ingest> {
         // The full path again, the consumer draining its queue at the same time.
         let packets = datagrams(next_seq);
         next_seq += DATAGRAMS * MESSAGES_PER_DATAGRAM;
-        let mut session = FeedSession::new(spec.clone());
+        let mut session = UdpVenue::new("bench", spec.clone());
         drainer.expect(DATAGRAMS * MESSAGES_PER_DATAGRAM);
         let ns = timed_drain(&sender, &packets, || {
             to_session(&mut batch, fd, &mut session, round, &mut live_fanout)
@@ -207,17 +204,20 @@ fn ingest() -> Option<Ingest> {
 fn to_session(
     batch: &mut RecvBatch,
     fd: std::os::fd::RawFd,
-    session: &mut FeedSession,
+    session: &mut UdpVenue,
     now: u64,
     emit: &mut impl gapless::venue::Emit,
 ) -> u64 {
     let n = batch.recv(fd).unwrap_or(0);
-    let mut received = [(&[][..], 0u64); BATCH];
+    let mut received = [Received::default(); BATCH];
     for (i, slot) in received.iter_mut().enumerate().take(n) {
-        *slot = (batch.payload(i), 1);
+        *slot = Received {
+            bytes: batch.payload(i),
+            recv: Wall::from_nanos(1),
+        };
     }
     let received = received.get(..n).unwrap_or_default();
-    session.on_datagrams(now, 0, received, Via::Multicast, emit);
+    session.on_datagrams(Mono::from_nanos(now), 0, received, Via::Multicast, emit);
     n as u64
 }
 

@@ -17,12 +17,22 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod drive;
-pub mod io;
+pub(crate) mod io;
 pub mod log;
 pub mod metrics;
 pub mod protocol;
 pub mod publish;
 pub mod sequencer;
 pub mod sim;
-pub mod sinks;
+pub(crate) mod sinks;
+pub mod time;
 pub mod venue;
+
+/// Not part of the API: what the crate's own benchmarks measure below the public
+/// surface. Anything here may change or go without notice.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::io::batch::RecvBatch;
+    pub use crate::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
+    pub use crate::publish::fanout::Fanout;
+}

@@ -312,7 +312,9 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
     if let Some(path) = &args.config {
         match Config::load(path) {
             Ok(config) => {
-                if let Err(e) = gapless::daemon::apply_replay_config(&config, &mut options) {
+                if let Err(e) =
+                    gapless::drive::replay::pcap::apply_replay_config(&config, &mut options)
+                {
                     eprintln!("error: {}: {e}", path.display());
                     return ExitCode::from(2);
                 }
@@ -363,11 +365,11 @@ fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
     let market = args.market.market();
     let path = &args.file;
     let result = match &args.jsonl {
-        None => gapless::drive::replay_binance::replay_binance(path, market, &symbols, None),
+        None => gapless::drive::replay::binance::replay_binance(path, market, &symbols, None),
         Some(p) => match File::create(p) {
             Ok(f) => {
                 let mut out = BufWriter::new(f);
-                let r = gapless::drive::replay_binance::replay_binance(
+                let r = gapless::drive::replay::binance::replay_binance(
                     path,
                     market,
                     &symbols,

@@ -4,7 +4,5 @@ pub mod demo;
 pub mod notify;
 pub mod run;
 pub mod service;
-pub mod specs;
 
 pub use run::{Daemon, DaemonError, RunSummary, Running};
-pub use specs::{apply_replay_config, feed_spec};

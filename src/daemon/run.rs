@@ -25,7 +25,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -34,14 +33,9 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::specs::{binance_spec, feed_spec};
 use crate::config::{Config, Idle, Sink, VenueKind};
-use crate::drive::binance::BinanceVenue;
-use crate::drive::live::{
-    BINANCE_TOKEN_BASE, ChannelAddress, RxLoop, RxOptions, RxResult, RxShared, StreamView, UdpVenue,
-};
+use crate::drive::live::{RxError, RxLoop, RxOptions, RxResult, RxShared, StreamView};
 use crate::io::idle::IdleStrategy;
-use crate::io::socket::MulticastSpec;
 use crate::metrics::{Exporter, ExporterHandle, Registry, StreamMetrics};
 use crate::publish::fanout::Fanout;
 use crate::publish::jsonl::StreamNames;
@@ -50,18 +44,14 @@ use crate::publish::{Consumer, Producer, channel};
 use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
 use crate::sinks::pcap::PcapSinkHandle;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle};
+use crate::venue::{AnyVenue, BuildError};
 
 /// Why the daemon could not start or stop cleanly.
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    /// A socket could not be opened or joined.
-    #[error("venue {venue}: {source}")]
-    Socket {
-        /// The venue.
-        venue: String,
-        /// What failed.
-        source: crate::io::IoError,
-    },
+    /// A venue's sockets could not be opened, joined or registered.
+    #[error(transparent)]
+    Socket(#[from] RxError),
     /// A sink could not start.
     #[error("sink {path}: {reason}")]
     Sink {
@@ -85,13 +75,8 @@ pub enum DaemonError {
         reason: String,
     },
     /// A venue could not be set up.
-    #[error("venue {venue}: {reason}")]
-    Venue {
-        /// The venue.
-        venue: String,
-        /// What failed.
-        reason: String,
-    },
+    #[error(transparent)]
+    Venue(#[from] BuildError),
 }
 
 /// What a run did, for the final summary.
@@ -160,39 +145,7 @@ impl Daemon {
         let daemon = &self.config.daemon;
         let queue_bytes = daemon.consumer_queue.get().saturating_mul(64).max(1 << 16);
 
-        let mut venues = Vec::new();
-        let mut binance = Vec::new();
-        let mut warnings = Vec::new();
-        let mut base = 0u16;
-        for venue in &self.config.venues {
-            let count = u16::try_from(venue.kind.stream_count()).unwrap_or(u16::MAX);
-            let name = venue.name.as_str().to_string();
-            if let Some((spec, ws, rest, speed)) = binance_spec(venue, base) {
-                let token = mio::Token(BINANCE_TOKEN_BASE + binance.len());
-                let b =
-                    BinanceVenue::new(&name, spec, &ws, &rest, speed, token).map_err(|reason| {
-                        DaemonError::Venue {
-                            venue: name.clone(),
-                            reason,
-                        }
-                    })?;
-                binance.push(b);
-            } else if let Some(spec) = feed_spec(venue, base) {
-                let addresses = channel_addresses(&venue.kind);
-                let (udp, w) = UdpVenue::open(&name, spec, &addresses).map_err(|source| {
-                    DaemonError::Socket {
-                        venue: name.clone(),
-                        source,
-                    }
-                })?;
-                warnings.extend(w);
-                venues.push(udp);
-            }
-            base = base.saturating_add(count);
-        }
-        for w in &warnings {
-            crate::log_warn!("{w}");
-        }
+        let venues = AnyVenue::all_from_config(&self.config)?;
 
         let registry = Arc::new(Registry::new());
         let stream_metrics: Vec<Arc<StreamMetrics>> = stream_ids(streams)
@@ -291,8 +244,7 @@ impl Daemon {
             ..RxOptions::default()
         };
         let fanout = Fanout::new(producers).with_metrics(stream_metrics);
-        let mut rx_loop = RxLoop::new(venues, binance, fanout, options, shared.clone())
-            .map_err(DaemonError::Rx)?;
+        let mut rx_loop = RxLoop::new(venues, fanout, options, shared.clone())?;
         let (tap, pcap) = match recorder {
             Some((tap, handle)) => (Some(tap), Some(handle)),
             None => (None, None),
@@ -364,35 +316,6 @@ fn venue_streams(kind: &VenueKind) -> Vec<String> {
     }
 }
 
-fn channel_addresses(kind: &VenueKind) -> Vec<ChannelAddress> {
-    fn address(
-        group: SocketAddrV4,
-        interface: std::net::Ipv4Addr,
-        source: Option<std::net::Ipv4Addr>,
-        rcvbuf: usize,
-    ) -> ChannelAddress {
-        ChannelAddress {
-            multicast: MulticastSpec {
-                group,
-                interface,
-                source,
-                rcvbuf,
-            },
-        }
-    }
-    match kind {
-        VenueKind::MoldUdp64 { channels, .. } => channels
-            .iter()
-            .map(|c| address(c.group.addr(), c.interface, c.source, c.rcvbuf))
-            .collect(),
-        VenueKind::IexTp { channels, .. } => channels
-            .iter()
-            .map(|c| address(c.group.addr(), c.interface, c.source, c.rcvbuf))
-            .collect(),
-        VenueKind::Binance { .. } => Vec::new(),
-    }
-}
-
 /// A started daemon.
 pub struct Running {
     shared: RxShared,
@@ -458,43 +381,16 @@ impl Running {
             .rx
             .join()
             .map_err(|_| DaemonError::Rx(std::io::Error::other("rx thread panicked")))?;
-        let RxResult {
-            venues,
-            binance,
-            fanout,
-        } = joined.map_err(DaemonError::Rx)?;
-        let mut summary = RunSummary {
+        let RxResult { views, fanout, .. } = joined.map_err(DaemonError::Rx)?;
+        let summary = RunSummary {
             delivered: fanout.delivered,
             dropped: fanout.dropped,
-            streams: Vec::new(),
+            streams: views,
             // The metrics' hand-off histograms are the one record of latency.
             latency_ns: Some(self.registry.handoff_latency())
                 .filter(|l| l.count > 0)
                 .map(|l| [l.p50, l.p90, l.p99, l.p999, l.max]),
         };
-        for venue in &venues {
-            for c in 0..venue.session().channel_count() {
-                summary.streams.push(StreamView {
-                    venue: venue.name.clone(),
-                    stream: venue.session().channel_name(c).to_string(),
-                    stats: venue.session().stats(c),
-                    sockets: venue.socket_stats(c),
-                    state: venue.session().published_state(c),
-                });
-            }
-        }
-        for venue in &binance {
-            let session = venue.session();
-            for symbol in 0..session.symbol_count() {
-                summary.streams.push(StreamView {
-                    venue: venue.name.clone(),
-                    stream: session.symbol_name(symbol).unwrap_or("").to_string(),
-                    stats: crate::drive::binance::channel_stats(&session.stats(symbol)),
-                    sockets: Default::default(),
-                    state: session.published_state(symbol),
-                });
-            }
-        }
         // Dropping the fan-out closes every queue: the sinks drain what is left, then end.
         drop(fanout);
         for handle in self.jsonl {
@@ -511,7 +407,19 @@ impl Running {
             })?;
         }
         if let Some(pcap) = self.pcap.take() {
+            let stats = std::sync::Arc::clone(pcap.stats());
             let files = pcap.stop();
+            let (written, dropped, errors) = (
+                stats.written.load(Ordering::Relaxed),
+                stats.dropped.load(Ordering::Relaxed),
+                stats.errors.load(Ordering::Relaxed),
+            );
+            if dropped > 0 || errors > 0 {
+                crate::log_warn!(
+                    "pcap recorder: {written} datagrams written, {dropped} not recorded (its \
+                     queue was full), {errors} write errors"
+                );
+            }
             for f in files {
                 crate::log_info!("recorded {}", f.display());
             }

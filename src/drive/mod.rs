@@ -1,7 +1,6 @@
-//! The drivers: what runs every venue session. The live rx loop ([`live`]) reads
-//! sockets; the replay ([`replay`], [`replay_binance`]) reads captures.
+//! The drivers: what runs every venue through the [venue contract](crate::venue). The
+//! live rx loop (`live`) reads sockets; the replay ([`replay`]) reads captures. Neither
+//! names a venue kind.
 
-pub mod binance;
-pub mod live;
+pub(crate) mod live;
 pub mod replay;
-pub mod replay_binance;

@@ -22,6 +22,7 @@ pub fn available_cores() -> Vec<usize> {
 }
 
 /// The core the calling thread is pinned to, if its affinity mask holds exactly one core.
+#[cfg(test)]
 pub fn pinned_core() -> Option<usize> {
     match available_cores().as_slice() {
         [only] => Some(*only),

@@ -49,6 +49,7 @@ impl Clock {
     }
 
     /// The value of the last [`tick`](Self::tick) (`0` before the first).
+    #[cfg(test)]
     pub fn cycle_ns(&self) -> u64 {
         self.cycle_ns
     }
@@ -59,17 +60,20 @@ impl Clock {
     }
 
     /// The `Instant` the clock counts from.
+    #[cfg(test)]
     pub fn origin(&self) -> Instant {
         self.origin
     }
 
     /// The monotonic time of `instant` (`0` for an instant before the origin), for deadlines
     /// the core reports as `Instant`s.
+    #[cfg(test)]
     pub fn mono_ns_of(&self, instant: Instant) -> u64 {
         duration_ns(instant.saturating_duration_since(self.origin))
     }
 
     /// The `Instant` at monotonic time `mono_ns`.
+    #[cfg(test)]
     pub fn instant_at(&self, mono_ns: u64) -> Instant {
         self.origin + Duration::from_nanos(mono_ns)
     }
@@ -89,6 +93,7 @@ impl Clock {
 
     /// Maps a kernel (realtime) timestamp onto the monotonic scale. Negative when the
     /// timestamp is before the origin, e.g. a datagram queued before the clock was created.
+    #[cfg(test)]
     pub fn kernel_to_mono_ns(&self, kernel_realtime_ns: u64) -> i64 {
         clamp_i64(i128::from(kernel_realtime_ns) - i128::from(self.realtime_at_origin_ns))
     }
@@ -96,12 +101,14 @@ impl Clock {
     /// Nanoseconds from the kernel's receive timestamp to the monotonic time `now_mono_ns`:
     /// how long a datagram waited in the socket buffer and the loop. Negative only if the
     /// realtime clock stepped since the offset was captured.
+    #[cfg(test)]
     pub fn latency_ns(&self, kernel_realtime_ns: u64, now_mono_ns: u64) -> i64 {
         clamp_i64(i128::from(now_mono_ns) - i128::from(self.kernel_to_mono_ns(kernel_realtime_ns)))
     }
 
     /// Captures the realtime offset again, keeping the monotonic origin; for use after the
     /// system clock was stepped.
+    #[cfg(test)]
     pub fn recalibrate(&mut self) {
         let (instant, realtime) = capture_offset();
         let since_origin = duration_ns(instant.saturating_duration_since(self.origin));
@@ -125,6 +132,7 @@ fn duration_ns(d: Duration) -> u64 {
 }
 
 /// Narrows to `i64`, saturating.
+#[cfg(test)]
 fn clamp_i64(v: i128) -> i64 {
     i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
 }

@@ -1,80 +1,16 @@
-//! What a feed session needs to recover: when to reconnect ([`Backoff`])
-//! and depth snapshots fetched off the receive thread ([`SnapshotFetcher`]).
+//! Depth snapshots fetched off the receive thread ([`SnapshotFetcher`]).
 //!
-//! The receive thread never blocks here: [`Backoff::next_delay`] only
-//! computes, and [`SnapshotFetcher::request`] and
+//! The receive thread never blocks here: [`SnapshotFetcher::request`] and
 //! [`SnapshotFetcher::try_recv`] return at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::http::{HttpError, HttpResponse, http_get};
 use super::tls::{Endpoint, Scheme};
-
-/// Exponential reconnect backoff with deterministic jitter.
-///
-/// Attempt `n` (from 0) waits `min(max, base * 2^n)`, less up to `jitter`
-/// of it (a fraction in `[0, 1]`), drawn from a generator seeded at
-/// construction, so the same seed gives the same delays.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    /// Delay of the first attempt.
-    pub base: Duration,
-    /// Largest delay.
-    pub max: Duration,
-    /// Fraction of each delay that may be taken off at random.
-    pub jitter: f64,
-    attempt: u32,
-    rng: u64,
-}
-
-impl Backoff {
-    /// A backoff starting at `base`, capped at `max`, with `jitter` in `[0, 1]`.
-    pub fn new(base: Duration, max: Duration, jitter: f64, seed: u64) -> Self {
-        Self {
-            base,
-            max,
-            jitter: unit_fraction(jitter),
-            attempt: 0,
-            rng: seed,
-        }
-    }
-
-    /// The delay before the next attempt; each call doubles the next one.
-    pub fn next_delay(&mut self) -> Duration {
-        let factor = 1u32.checked_shl(self.attempt.min(31)).unwrap_or(u32::MAX);
-        let full = self.base.saturating_mul(factor).min(self.max);
-        self.attempt = self.attempt.saturating_add(1);
-        let unit = (self.next_random() >> 11) as f64 / (1u64 << 53) as f64;
-        full.mul_f64(1.0 - unit_fraction(self.jitter) * unit)
-    }
-
-    /// Attempts since construction or the last [`reset`](Self::reset).
-    pub fn attempts(&self) -> u32 {
-        self.attempt
-    }
-
-    /// Starts again from `base` (after a connection has proved healthy).
-    pub fn reset(&mut self) {
-        self.attempt = 0;
-    }
-
-    fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-/// `x` clamped to `[0, 1]`, with NaN as 0.
-fn unit_fraction(x: f64) -> f64 {
-    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
-}
 
 /// One snapshot request for a [`SnapshotFetcher`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +26,6 @@ pub struct FetchRequest {
 pub struct FetchResult {
     /// The request's tag.
     pub id: u64,
-    /// Time from the start of the request to its outcome.
-    pub elapsed: Duration,
     /// The response (any status) or the error.
     pub result: Result<HttpResponse, HttpError>,
 }
@@ -112,7 +46,19 @@ pub struct SnapshotFetcher {
 impl SnapshotFetcher {
     /// Starts the thread for `url_base`; each request gets `timeout`; at most
     /// `queue` requests wait at once.
+    #[cfg(test)]
     pub fn spawn(url_base: &str, timeout: Duration, queue: usize) -> Result<Self, HttpError> {
+        Self::spawn_with_notify(url_base, timeout, queue, || {})
+    }
+
+    /// [`SnapshotFetcher::spawn`], calling `notify` after each result is ready (to wake a
+    /// poll loop waiting for it).
+    pub fn spawn_with_notify(
+        url_base: &str,
+        timeout: Duration,
+        queue: usize,
+        notify: impl Fn() + Send + 'static,
+    ) -> Result<Self, HttpError> {
         let endpoint = Endpoint::parse(url_base)?;
         if !matches!(endpoint.scheme, Scheme::Http | Scheme::Https) {
             return Err(HttpError::NotHttp(url_base.to_owned()));
@@ -132,16 +78,15 @@ impl SnapshotFetcher {
                         Err(RecvTimeoutError::Timeout) => continue,
                         Err(RecvTimeoutError::Disconnected) => break,
                     };
-                    let started = Instant::now();
                     let result = http_get(&base, &request.path_and_query, timeout);
                     let outcome = FetchResult {
                         id: request.id,
-                        elapsed: started.elapsed(),
                         result,
                     };
                     if result_tx.send(outcome).is_err() {
                         break;
                     }
+                    notify();
                 }
             })
             .map_err(HttpError::Io)?;
@@ -174,12 +119,14 @@ impl SnapshotFetcher {
     }
 
     /// A finished request, waiting at most `timeout`.
+    #[cfg(test)]
     pub fn recv_timeout(&self, timeout: Duration) -> Option<FetchResult> {
         self.results.recv_timeout(timeout).ok()
     }
 
     /// Stops the thread: queued requests are dropped, one in flight runs to
     /// its timeout at worst. True if the thread ended within that bound.
+    #[cfg(test)]
     pub fn stop(mut self) -> bool {
         self.shutdown()
     }
@@ -201,28 +148,5 @@ impl SnapshotFetcher {
 impl Drop for SnapshotFetcher {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_caps_jitters_and_resets() {
-        let (base, max) = (Duration::from_millis(100), Duration::from_secs(1));
-        let mut exact = Backoff::new(base, max, 0.0, 1);
-        let delays: Vec<u128> = (0..6).map(|_| exact.next_delay().as_millis()).collect();
-        assert_eq!(delays, [100, 200, 400, 800, 1000, 1000]);
-        exact.reset();
-        assert_eq!(exact.next_delay(), base);
-        let mut a = Backoff::new(base, max, 0.5, 42);
-        let mut b = Backoff::new(base, max, 0.5, 42);
-        for n in 0..40 {
-            let (da, db) = (a.next_delay(), b.next_delay());
-            assert_eq!(da, db);
-            let full = base.saturating_mul(1 << n.min(20)).min(max);
-            assert!(da <= full && da >= full / 2, "{da:?} vs {full:?}");
-        }
     }
 }

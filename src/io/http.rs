@@ -85,6 +85,7 @@ pub struct HttpResponse {
 }
 
 /// The three Binance depth endpoints.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DepthApi {
     /// Spot: `/api/v3/depth`.
@@ -96,6 +97,7 @@ pub enum DepthApi {
 }
 
 /// `/api/v3/depth?symbol=BTCUSDT&limit=1000` and the futures equivalents.
+#[cfg(test)]
 pub fn depth_path(api: DepthApi, symbol: &str, limit: u32) -> String {
     let prefix = match api {
         DepthApi::Spot => "/api/v3/depth",

@@ -112,17 +112,20 @@ impl Idler {
 
     /// Sets the cap on blocking waits (at least 1 ms, at most [`DEFAULT_MAX_BLOCK`]), which
     /// bounds how late a shutdown request is seen.
+    #[cfg(test)]
     pub fn with_max_block(mut self, max_block: Duration) -> Self {
         self.max_block = max_block.clamp(Duration::from_millis(1), DEFAULT_MAX_BLOCK);
         self
     }
 
     /// The strategy this idler follows.
+    #[cfg(test)]
     pub fn strategy(&self) -> IdleStrategy {
         self.strategy
     }
 
     /// How many cycles in a row found no work.
+    #[cfg(test)]
     pub fn empty_cycles(&self) -> u32 {
         self.empty_cycles
     }
@@ -163,6 +166,7 @@ impl Idler {
     }
 
     /// Forgets the count of empty cycles, e.g. after the loop was paused.
+    #[cfg(test)]
     pub fn reset(&mut self) {
         self.empty_cycles = 0;
     }

@@ -46,18 +46,12 @@ pub mod soup;
 pub mod tls;
 pub mod ws;
 
+#[cfg(test)]
+mod loopback;
+
 use std::io;
 
 use thiserror::Error;
-
-pub use affinity::{available_cores, pin_current_thread};
-pub use batch::{Datagram, RecvBatch};
-pub use clock::Clock;
-pub use idle::{IdleStrategy, Idler};
-pub use socket::{
-    MulticastSpec, RcvBuf, SocketInfo, is_loopback_safe, open_multicast, open_multicast_sender,
-    open_multicast_sender_from, open_unicast, send_loopback,
-};
 
 /// Every error of the OS shell. Each one names the address or core it concerns and what was
 /// being attempted, so a log line is enough to act on.
@@ -227,7 +221,7 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
-    use super::RecvBatch;
+    use super::batch::RecvBatch;
     use super::socket::{
         MulticastSpec, RcvBuf, open_multicast, open_multicast_sender, send_loopback,
     };
@@ -324,7 +318,8 @@ mod tests {
 
         use mio::{Events, Interest, Poll, Token};
 
-        use super::{Clock, IdleStrategy, Idler};
+        use super::clock::Clock;
+        use super::idle::{IdleStrategy, Idler};
 
         let g = group(30, 47030);
         let (mut rx, info) = open_multicast(&spec(g))?;

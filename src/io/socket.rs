@@ -12,7 +12,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use socket2::{Domain, Protocol, Socket, Type};
 
 use super::IoError;
 use super::batch::enable_kernel_timestamps;
@@ -26,7 +26,7 @@ pub struct MulticastSpec {
     /// The address of the local interface to join on, e.g. `127.0.0.1`.
     pub interface: Ipv4Addr,
     /// The only sender to accept. When set, the join is source-specific
-    /// (`IP_ADD_SOURCE_MEMBERSHIP`) and [`SocketInfo::accepts`] filters in the receive path too.
+    /// (`IP_ADD_SOURCE_MEMBERSHIP`) and `SocketInfo::accepts` filters in the receive path too.
     pub source: Option<Ipv4Addr>,
     /// The `SO_RCVBUF` to ask for, in bytes; `0` keeps the kernel default.
     pub rcvbuf: usize,
@@ -107,7 +107,7 @@ impl SocketInfo {
 ///
 /// The socket has `SO_REUSEADDR` and `SO_REUSEPORT` set, so several receivers on one host can
 /// join the same group and each gets every datagram; it is bound to the group address itself,
-/// requests `SO_RCVBUF` = `spec.rcvbuf` (reported back in [`SocketInfo::rcvbuf`]) and has
+/// requests `SO_RCVBUF` = `spec.rcvbuf` (reported back in `SocketInfo::rcvbuf`) and has
 /// kernel receive timestamps enabled.
 pub fn open_multicast(spec: &MulticastSpec) -> Result<(mio::net::UdpSocket, SocketInfo), IoError> {
     let group = *spec.group.ip();
@@ -184,6 +184,7 @@ pub fn open_unicast(bind: SocketAddrV4) -> Result<mio::net::UdpSocket, IoError> 
 
 /// Whether a datagram to `dst` through multicast interface `interface` stays on this host:
 /// the interface must be 127.0.0.1 and the destination multicast or in 127.0.0.0/8.
+#[cfg(test)]
 pub fn is_loopback_safe(dst: Ipv4Addr, interface: Ipv4Addr) -> bool {
     interface == Ipv4Addr::LOCALHOST && (dst.is_multicast() || dst.is_loopback())
 }
@@ -229,13 +230,14 @@ pub fn open_multicast_sender_from(
 
 /// Sends `payload` to `dst` after checking, against the socket's own `IP_MULTICAST_IF` and
 /// `IP_MULTICAST_TTL`, that it cannot leave the host. Returns the bytes sent.
+#[cfg(test)]
 pub fn send_loopback(
     socket: &UdpSocket,
     payload: &[u8],
     dst: SocketAddrV4,
 ) -> Result<usize, IoError> {
     let target = format!("destination {dst}");
-    let sock = SockRef::from(socket);
+    let sock = socket2::SockRef::from(socket);
     let interface = sock
         .multicast_if_v4()
         .map_err(IoError::socket("read IP_MULTICAST_IF", &target))?;
@@ -391,7 +393,7 @@ mod tests {
         let refused = refused.map(|e| e.to_string());
         assert!(refused.is_some_and(|t| t.starts_with("refusing to send to 10.0.0.1 via")));
         // A socket whose TTL was raised behind our back is refused too.
-        SockRef::from(&tx).set_multicast_ttl_v4(2)?;
+        socket2::SockRef::from(&tx).set_multicast_ttl_v4(2)?;
         let raised = send_loopback(&tx, b"x", SocketAddrV4::new(g, 47012));
         assert!(matches!(raised, Err(IoError::TtlTooHigh { ttl: 2, .. })));
         Ok(())

@@ -9,11 +9,23 @@ use std::net::{Shutdown, TcpStream};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use std::net::SocketAddr;
 
 use crate::protocol::moldudp64::Session;
 use crate::protocol::soupbintcp::{Frame, FrameDecoder, LoginRequest};
-use crate::venue::SnapshotTask;
+
+/// A snapshot to fetch: where, the login, and the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoupTask {
+    /// TCP address of the snapshot server.
+    pub addr: SocketAddr,
+    /// Login user name.
+    pub username: String,
+    /// Login password.
+    pub password: String,
+    /// The session to log in to.
+    pub session: [u8; 10],
+}
 
 /// What a snapshot fetch reports, tagged with the task id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,49 +41,43 @@ pub enum SnapshotReply {
     Failed(String),
 }
 
-/// Starts fetching `task` on a new thread; replies go to `replies` as `(task.id, reply)`.
-/// The fetch gives up after `timeout` in all.
+/// Starts fetching `task` on a new thread; every reply goes to `reply` (which returns
+/// false when nobody listens any more: the fetch is then abandoned). The fetch gives up
+/// after `timeout` in all.
 pub fn spawn_fetch(
-    task: SnapshotTask,
+    task: SoupTask,
     timeout: Duration,
-    replies: Sender<(u64, SnapshotReply)>,
+    mut reply: impl FnMut(SnapshotReply) -> bool + Send + 'static,
 ) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new()
-        .name(format!("snapshot-{}", task.channel))
+        .name("snapshot-soup".to_string())
         .spawn(move || {
-            let id = task.id;
             let result = fetch(&task, timeout, |m| {
-                replies
-                    .send((id, SnapshotReply::Message(m.to_vec())))
-                    .is_ok()
+                reply(SnapshotReply::Message(m.to_vec()))
             });
             let last = match result {
                 Ok(next) => SnapshotReply::End { next },
                 Err(reason) => SnapshotReply::Failed(reason),
             };
-            let _ = replies.send((id, last));
+            // The last reply: whether anyone still listens changes nothing.
+            let _ = reply(last);
         })
 }
 
 /// Fetches a snapshot, handing each message to `on_message` (which returns false to
 /// abandon). Returns the sequence to resume from.
 pub fn fetch(
-    task: &SnapshotTask,
+    task: &SoupTask,
     timeout: Duration,
     mut on_message: impl FnMut(&[u8]) -> bool,
 ) -> Result<u64, String> {
     let deadline = Instant::now() + timeout;
-    let addr = task.spec.addr;
+    let addr = task.addr;
     let mut stream = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let login = LoginRequest::new(
-        &task.spec.username,
-        &task.spec.password,
-        Session(task.session.0),
-        1,
-    )
-    .map_err(|e| format!("login request: {e}"))?;
+    let login = LoginRequest::new(&task.username, &task.password, Session(task.session), 1)
+        .map_err(|e| format!("login request: {e}"))?;
     let mut buf = [0u8; 64];
     let n = Frame::LoginRequest(login)
         .encode(&mut buf)

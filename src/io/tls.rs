@@ -227,17 +227,11 @@ impl<S: Read + Write> MaybeTls<S> {
     }
 
     /// Whether the TLS handshake is still running (always false for plain).
+    #[cfg(test)]
     pub fn is_handshaking(&self) -> bool {
         match self {
             Self::Plain(_) => false,
             Self::Tls(stream) => stream.conn.is_handshaking(),
-        }
-    }
-
-    /// Queues a TLS `close_notify` alert; the next flush sends it.
-    pub fn send_close_notify(&mut self) {
-        if let Self::Tls(stream) = self {
-            stream.conn.send_close_notify();
         }
     }
 }

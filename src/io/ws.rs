@@ -6,9 +6,10 @@
 //! then frames. Nothing here blocks or sleeps: every call does what the
 //! socket allows and returns.
 //!
-//! ```no_run
+//! ```ignore
 //! use mio::{Events, Poll, Token};
-//! use gapless::io::ws::{WsClient, WsStatus, combined_url};
+//! use crate::io::ws::{WsClient, WsStatus};
+//! use crate::venue::binance::combined_url;
 //!
 //! let mut poll = Poll::new()?;
 //! let url = combined_url("ws://127.0.0.1:9443", &["btcusdt", "ethusdt"], Some(100));
@@ -72,9 +73,6 @@ pub enum WsError {
     /// A protocol violation, an oversized message or a socket error.
     #[error("WebSocket: {0}")]
     Protocol(#[from] tungstenite::Error),
-    /// A send was attempted before the handshake finished or after closing.
-    #[error("WebSocket is not open")]
-    NotOpen,
 }
 
 /// Where a connection stands after an event was handled.
@@ -123,7 +121,6 @@ enum State {
 pub struct WsClient {
     state: State,
     url: String,
-    token: Token,
     stats: WsStats,
 }
 
@@ -170,27 +167,18 @@ impl WsClient {
         Ok(Self {
             state: State::Connecting(stream),
             url: url.to_owned(),
-            token,
             stats: WsStats::default(),
         })
     }
 
-    /// The URL this client connected to.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The token the socket is registered under.
-    pub fn token(&self) -> Token {
-        self.token
-    }
-
     /// Counters so far.
+    #[cfg(test)]
     pub fn stats(&self) -> WsStats {
         self.stats
     }
 
     /// Whether the handshake has finished and the connection is not closed.
+    #[cfg(test)]
     pub fn is_open(&self) -> bool {
         matches!(self.state, State::Open(_))
     }
@@ -244,16 +232,6 @@ impl WsClient {
         self.advance()?;
         self.flush()?;
         Ok(self.status(0))
-    }
-
-    /// Queues a text frame (for example a `SUBSCRIBE` request) and sends what
-    /// the socket takes now; the rest goes on writable events.
-    pub fn send_text(&mut self, text: &str) -> Result<(), WsError> {
-        let State::Open(ws) = &mut self.state else {
-            return Err(WsError::NotOpen);
-        };
-        let result = ws.send(Message::text(text));
-        self.settle(result)
     }
 
     /// Starts a clean close: sends a close frame (code 1000). Keep handling
@@ -389,21 +367,4 @@ fn connected(socket: &TcpStream) -> io::Result<bool> {
         Err(e) if matches!(e.kind(), ErrorKind::NotConnected | ErrorKind::WouldBlock) => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// A combined-stream URL for the depth streams of `symbols`:
-/// `{base}/stream?streams=btcusdt@depth@100ms/ethusdt@depth@100ms`.
-/// Symbols are lower-cased; `speed_ms` `None` gives the venue's default
-/// speed (`@depth`), `Some(100)` gives `@depth@100ms`.
-pub fn combined_url<S: AsRef<str>>(base: &str, symbols: &[S], speed_ms: Option<u32>) -> String {
-    let suffix = speed_ms.map(|ms| format!("@{ms}ms")).unwrap_or_default();
-    let streams: Vec<String> = symbols
-        .iter()
-        .map(|s| format!("{}@depth{suffix}", s.as_ref().to_ascii_lowercase()))
-        .collect();
-    format!(
-        "{}/stream?streams={}",
-        base.trim_end_matches('/'),
-        streams.join("/")
-    )
 }

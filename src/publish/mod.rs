@@ -59,7 +59,7 @@
 //! ```
 
 pub mod event;
-pub mod fanout;
+pub(crate) mod fanout;
 pub mod jsonl;
 pub mod queue;
 pub mod run;

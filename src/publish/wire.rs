@@ -1,4 +1,4 @@
-//! The unix-socket wire format: what the unix sink ([`crate::sinks::unix`]) writes
+//! The unix-socket wire format: what the unix sink (`sinks::unix`) writes
 //! and its client ([`crate::client::unix`]) reads.
 //!
 //! # Records

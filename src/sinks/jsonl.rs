@@ -7,10 +7,10 @@
 //! first drains everything queued at that moment: an event the rx thread
 //! pushed before the stop is on disk when `stop` returns.
 //!
-//! ```
-//! use gapless::publish::jsonl::StreamNames;
-//! use gapless::publish::{Event, channel};
-//! use gapless::sinks::JsonlSink;
+//! ```ignore
+//! use crate::publish::jsonl::StreamNames;
+//! use crate::publish::{Event, channel};
+//! use crate::sinks::JsonlSink;
 //!
 //! let (mut producer, consumer) = channel(64 * 1024, 1);
 //! let mut names = StreamNames::new();
@@ -20,7 +20,7 @@
 //! let _ = producer.push(&gap);
 //! let stats = sink.stop()?;
 //! assert_eq!(stats.lines, 1);
-//! # Ok::<(), gapless::sinks::SinkError>(())
+//! # Ok::<(), crate::sinks::SinkError>(())
 //! ```
 
 use std::fs::OpenOptions;
@@ -138,11 +138,6 @@ pub struct JsonlSinkHandle {
 }
 
 impl JsonlSinkHandle {
-    /// The counters now.
-    pub fn stats(&self) -> JsonlSinkStats {
-        self.shared.snapshot()
-    }
-
     /// Drains what is queued, flushes, and returns the final counters.
     ///
     /// # Errors

@@ -12,6 +12,9 @@ pub mod jsonl;
 pub mod pcap;
 pub mod unix;
 
+#[cfg(test)]
+mod tests;
+
 use std::io;
 use std::path::PathBuf;
 use std::thread;
@@ -21,8 +24,10 @@ use thiserror::Error;
 
 use crate::publish::wire::WireError;
 
-pub use jsonl::{JsonlSink, JsonlSinkHandle, JsonlSinkStats};
-pub use unix::{UnixSink, UnixSinkHandle, UnixSinkStats};
+#[cfg(test)]
+pub use jsonl::JsonlSink;
+#[cfg(test)]
+pub use unix::UnixSink;
 
 /// Why a sink could not start or did not finish cleanly.
 #[derive(Debug, Error)]

@@ -87,11 +87,6 @@ impl PcapTap {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
-
-    /// The recorder's counters.
-    pub fn stats(&self) -> &Arc<PcapStats> {
-        &self.stats
-    }
 }
 
 /// The recorder thread.

@@ -1,22 +1,52 @@
 //! Venue sessions (sans-IO): per-venue protocol logic between the wire codecs and the
-//! consumers. They never touch a socket or the OS clock.
+//! consumers. They never touch a socket, a thread or the OS clock.
 //!
-//! - [`FeedSession`]: point-sequenced UDP venues, MoldUDP64 and IEX-TP: session epochs,
-//!   re-request recovery, snapshot fallback over SoupBinTCP, heartbeats and end of session.
+//! # The venue contract
+//!
+//! Every venue kind is one session behind the [`Venue`] trait, in the manner of
+//! quinn-proto's `Connection`: the drivers ([`crate::drive`]) own the sockets, threads and
+//! clocks, and talk to a venue only through it.
+//!
+//! | direction | call | what |
+//! | --- | --- | --- |
+//! | in | [`Venue::handle_datagrams`] | datagrams received together on one of the venue's [`Endpoint`]s |
+//! | in | [`Venue::handle_frame`] | a text frame on a connection the venue opened |
+//! | in | [`Venue::handle_connection`] | a connection opened, failed or closed |
+//! | in | [`Venue::handle_fetch`] | what a snapshot fetch produced |
+//! | in | [`Venue::handle_timeout`] | the deadline of [`Venue::poll_timeout`] passed |
+//! | in | [`Venue::handle_end`] | end of input (a replay reached the end of its capture) |
+//! | out | [`Venue::poll_timeout`] | the earliest armed timer of the venue's [`TimerTable`]s |
+//! | out | [`Venue::poll_transmit`] | a datagram to send from one of its endpoints (a re-request) |
+//! | out | [`Venue::poll_io`] | a connection to open or close, a snapshot to fetch |
+//! | out | [`Venue::poll_notice`] | something an operator should read in the log |
+//! | out | [`Venue::stream`] | each stream's name, state and counters, for status and metrics |
+//!
+//! The `poll_*` calls only drain what the `handle_*` calls decided. Consumer events go out
+//! through the [`Emit`] passed to each `handle_*` call rather than a queue to drain,
+//! because a delivered message borrows the receive buffer it arrived in.
+//!
+//! The kinds: [`udp::UdpVenue`] (MoldUDP64 and IEX-TP) and [`binance::BinanceVenue`]
+//! (Binance depth streams). [`AnyVenue`] holds either, so a driver keeps one `Vec` of
+//! venues and names no kind.
 
 pub mod binance;
+mod notice;
+mod timer;
 pub mod udp;
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+pub use notice::{EpochLabel, Notice, NoticeLevel, Notices};
+pub use timer::{Timer, TimerTable};
 pub use udp::recovery::RequestPolicy;
 pub use udp::wire::{SessionKey, Wire};
-pub use udp::{
-    ChannelSpec, FeedSession, FeedSpec, SnapshotEvent, SnapshotSpec, SnapshotTask, Transmit,
-    published,
-};
+pub use udp::{ChannelSpec, FeedSpec, SnapshotSpec, UdpVenue};
 
-use crate::publish::Event;
+use crate::config::{Config, Venue as VenueConfig};
 use crate::publish::run::MessageRun;
+use crate::publish::{Event, StreamState};
 use crate::sequencer::StreamStats;
+use crate::time::{Mono, Wall};
 
 /// Where consumer events go: the publish fan-out live, a file in replay, a vector in tests.
 pub trait Emit {
@@ -36,6 +66,446 @@ pub trait Emit {
 impl<F: FnMut(&Event<'_>)> Emit for F {
     fn emit(&mut self, event: &Event<'_>) {
         self(event)
+    }
+}
+
+/// One of a venue's datagram endpoints: an index into [`Venue::endpoints`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointId(pub u16);
+
+/// One of a venue's connections, numbered by the venue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u16);
+
+/// One snapshot fetch, numbered by the venue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FetchId(pub u64);
+
+/// A datagram endpoint the driver opens for a venue at start, described by address values
+/// only (the driver owns the socket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A multicast group to join.
+    Multicast {
+        /// Group address and port.
+        group: SocketAddrV4,
+        /// Local interface to join on.
+        interface: Ipv4Addr,
+        /// Source filter: a source-specific join, or datagrams from elsewhere dropped.
+        source: Option<Ipv4Addr>,
+        /// Receive buffer to ask the kernel for (bytes).
+        rcvbuf: usize,
+        /// The venue's stream this endpoint feeds (for the socket counters in its view).
+        stream: usize,
+    },
+    /// A unicast socket bound on `interface` (any port): requests go out from it and
+    /// their answers come back to it.
+    Unicast {
+        /// Local interface to bind.
+        interface: Ipv4Addr,
+        /// The venue's stream this endpoint serves.
+        stream: usize,
+    },
+}
+
+impl Endpoint {
+    /// The venue's stream this endpoint belongs to.
+    pub fn stream(&self) -> usize {
+        match self {
+            Self::Multicast { stream, .. } | Self::Unicast { stream, .. } => *stream,
+        }
+    }
+}
+
+/// A datagram as the driver received it: its bytes and the wall-clock time it arrived
+/// (the kernel's timestamp where there is one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Received<'a> {
+    /// The datagram.
+    pub bytes: &'a [u8],
+    /// When it arrived.
+    pub recv: Wall,
+}
+
+/// A datagram to send: `bytes[..len]` to `to`, from `endpoint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The endpoint to send from (its socket receives the answer).
+    pub endpoint: EndpointId,
+    /// Where to.
+    pub to: SocketAddr,
+    /// The encoded datagram.
+    pub bytes: [u8; 20],
+    /// How many bytes of `bytes` to send.
+    pub len: usize,
+}
+
+impl Transmit {
+    /// The bytes to send.
+    pub fn payload(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// A snapshot to fetch off the rx thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetch {
+    /// An HTTP `GET` of `url`; the answer is one [`FetchReply::Http`].
+    Http {
+        /// The whole URL.
+        url: String,
+    },
+    /// A GLIMPSE-style snapshot over SoupBinTCP: log in, then every sequenced message is a
+    /// [`FetchReply::Message`] until the end of snapshot, a [`FetchReply::End`].
+    Soup {
+        /// TCP address of the snapshot server.
+        addr: SocketAddr,
+        /// Login user name.
+        username: String,
+        /// Login password.
+        password: String,
+        /// The session to log in to (MoldUDP64's 10-byte session name).
+        session: [u8; 10],
+    },
+}
+
+/// What a venue asks its driver to do besides sending datagrams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IoRequest {
+    /// Open a WebSocket connection to `url`; report it with [`Venue::handle_connection`].
+    Open {
+        /// The venue's number for it.
+        conn: ConnId,
+        /// `ws://` or `wss://` URL.
+        url: String,
+    },
+    /// Close connection `conn`; the driver reports [`ConnEvent::Closed`] when it is gone.
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Fetch a snapshot; report what it produced with [`Venue::handle_fetch`].
+    Fetch {
+        /// The venue's number for it.
+        id: FetchId,
+        /// The venue's stream it is for.
+        stream: usize,
+        /// What to fetch.
+        what: Fetch,
+        /// The driver gives up (and reports [`FetchReply::Failed`]) after this long.
+        timeout_ns: u64,
+    },
+}
+
+/// What became of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnEvent<'a> {
+    /// The connection is open and frames may follow.
+    Opened,
+    /// It could not be opened (resolution, connect, TLS or upgrade failed, or a deadline
+    /// passed), for this reason.
+    Failed(&'a str),
+    /// It was open and has closed (by either side), for this reason.
+    Closed(&'a str),
+}
+
+/// What a snapshot fetch produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchReply<'a> {
+    /// An HTTP response.
+    Http {
+        /// Its status code.
+        status: u16,
+        /// Its `Retry-After` header in seconds, when present.
+        retry_after_secs: Option<u64>,
+        /// Its body.
+        body: &'a [u8],
+    },
+    /// One snapshot message (SoupBinTCP); more follow.
+    Message(&'a [u8]),
+    /// The snapshot is complete; live data resumes at `next` (SoupBinTCP).
+    End {
+        /// The sequence the snapshot reflects everything before.
+        next: u64,
+    },
+    /// No answer: it failed, for this reason.
+    Failed(&'a str),
+}
+
+/// A stream as status lines and metrics see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamInfo<'a> {
+    /// The stream's name (channel or symbol).
+    pub name: &'a str,
+    /// Its consumer stream id.
+    pub id: u16,
+    /// What its consumers were last told.
+    pub state: StreamState,
+    /// Its counters.
+    pub stats: ChannelStats,
+}
+
+/// The sans-IO contract every venue kind implements. See the [module documentation](self).
+///
+/// Times are [`Mono`] on whatever clock the driver uses (the rx loop's, or a capture's);
+/// receive times are [`Wall`]. No call blocks, and nothing is allocated per datagram.
+pub trait Venue {
+    /// The venue's name, for logs and metrics.
+    fn name(&self) -> &str;
+
+    /// The datagram endpoints to open at start, in [`EndpointId`] order.
+    fn endpoints(&self) -> &[Endpoint] {
+        &[]
+    }
+
+    /// Handles datagrams received together on `endpoint`, in order.
+    fn handle_datagrams<E: Emit>(
+        &mut self,
+        now: Mono,
+        endpoint: EndpointId,
+        datagrams: &[Received<'_>],
+        emit: &mut E,
+    ) {
+        let _ = (now, endpoint, datagrams, emit);
+    }
+
+    /// Handles one text frame received on connection `conn` at `recv`.
+    fn handle_frame<E: Emit>(
+        &mut self,
+        now: Mono,
+        conn: ConnId,
+        frame: &[u8],
+        recv: Wall,
+        emit: &mut E,
+    ) {
+        let _ = (now, conn, frame, recv, emit);
+    }
+
+    /// Handles a change of connection `conn`.
+    fn handle_connection<E: Emit>(
+        &mut self,
+        now: Mono,
+        conn: ConnId,
+        event: ConnEvent<'_>,
+        emit: &mut E,
+    ) {
+        let _ = (now, conn, event, emit);
+    }
+
+    /// Handles what the fetch `id` produced.
+    fn handle_fetch<E: Emit>(
+        &mut self,
+        now: Mono,
+        id: FetchId,
+        reply: FetchReply<'_>,
+        emit: &mut E,
+    );
+
+    /// Runs every timer due at `now`.
+    fn handle_timeout<E: Emit>(&mut self, now: Mono, emit: &mut E);
+
+    /// Nothing more will arrive (a replay reached the end of its capture).
+    fn handle_end<E: Emit>(&mut self, now: Mono, emit: &mut E) {
+        self.handle_timeout(now, emit);
+    }
+
+    /// The earliest time [`Venue::handle_timeout`] has work to do.
+    fn poll_timeout(&self) -> Option<Mono>;
+
+    /// The next datagram to send, if any.
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        None
+    }
+
+    /// The next connection or fetch to start, if any.
+    fn poll_io(&mut self) -> Option<IoRequest> {
+        None
+    }
+
+    /// The next thing worth a log line, if any.
+    fn poll_notice(&mut self) -> Option<Notice>;
+
+    /// Number of streams.
+    fn stream_count(&self) -> usize;
+
+    /// Stream `index`, below [`Venue::stream_count`].
+    fn stream(&self, index: usize) -> Option<StreamInfo<'_>>;
+
+    /// Counters of the venue as a whole (its connections), as `(name, value)` pairs with
+    /// stable names.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// Every venue kind, so a driver can hold one `Vec` of them.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyVenue {
+    /// MoldUDP64 or IEX-TP.
+    Udp(UdpVenue),
+    /// Binance depth streams.
+    Binance(binance::BinanceVenue),
+}
+
+/// Why a configured venue could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The Binance venue's settings are not valid.
+    #[error("venue {venue}: {source}")]
+    Binance {
+        /// The venue.
+        venue: String,
+        /// What is wrong.
+        #[source]
+        source: binance::SpecError,
+    },
+}
+
+impl AnyVenue {
+    /// The MoldUDP64 or IEX-TP venue, if this is one.
+    pub fn udp(&self) -> Option<&UdpVenue> {
+        match self {
+            Self::Udp(v) => Some(v),
+            Self::Binance(_) => None,
+        }
+    }
+
+    /// The Binance venue, if this is one.
+    pub fn binance(&self) -> Option<&binance::BinanceVenue> {
+        match self {
+            Self::Binance(v) => Some(v),
+            Self::Udp(_) => None,
+        }
+    }
+
+    /// The venue `config` describes, its consumer stream ids from `stream_base`.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] when the settings do not make a valid venue.
+    pub fn from_config(config: &VenueConfig, stream_base: u16) -> Result<Self, BuildError> {
+        if let Some(spec) = udp::spec_from_config(config, stream_base) {
+            return Ok(Self::Udp(UdpVenue::new(config.name.as_str(), spec)));
+        }
+        let venue = binance::BinanceVenue::from_config(config, stream_base).map_err(|source| {
+            BuildError::Binance {
+                venue: config.name.as_str().to_string(),
+                source,
+            }
+        })?;
+        Ok(Self::Binance(venue))
+    }
+
+    /// Every venue of `config`, their stream ids numbered in order from 0.
+    ///
+    /// # Errors
+    ///
+    /// The first [`BuildError`].
+    pub fn all_from_config(config: &Config) -> Result<Vec<Self>, BuildError> {
+        let mut base = 0u16;
+        let mut venues = Vec::with_capacity(config.venues.len());
+        for v in &config.venues {
+            venues.push(Self::from_config(v, base)?);
+            base = base.saturating_add(u16::try_from(v.kind.stream_count()).unwrap_or(u16::MAX));
+        }
+        Ok(venues)
+    }
+}
+
+macro_rules! each_venue {
+    ($self:expr, $v:ident => $body:expr) => {
+        match $self {
+            AnyVenue::Udp($v) => $body,
+            AnyVenue::Binance($v) => $body,
+        }
+    };
+}
+
+impl Venue for AnyVenue {
+    fn name(&self) -> &str {
+        each_venue!(self, v => v.name())
+    }
+
+    fn endpoints(&self) -> &[Endpoint] {
+        each_venue!(self, v => v.endpoints())
+    }
+
+    #[inline]
+    fn handle_datagrams<E: Emit>(
+        &mut self,
+        now: Mono,
+        endpoint: EndpointId,
+        datagrams: &[Received<'_>],
+        emit: &mut E,
+    ) {
+        each_venue!(self, v => v.handle_datagrams(now, endpoint, datagrams, emit))
+    }
+
+    fn handle_frame<E: Emit>(
+        &mut self,
+        now: Mono,
+        conn: ConnId,
+        frame: &[u8],
+        recv: Wall,
+        emit: &mut E,
+    ) {
+        each_venue!(self, v => v.handle_frame(now, conn, frame, recv, emit))
+    }
+
+    fn handle_connection<E: Emit>(
+        &mut self,
+        now: Mono,
+        conn: ConnId,
+        event: ConnEvent<'_>,
+        emit: &mut E,
+    ) {
+        each_venue!(self, v => v.handle_connection(now, conn, event, emit))
+    }
+
+    fn handle_fetch<E: Emit>(
+        &mut self,
+        now: Mono,
+        id: FetchId,
+        reply: FetchReply<'_>,
+        emit: &mut E,
+    ) {
+        each_venue!(self, v => v.handle_fetch(now, id, reply, emit))
+    }
+
+    fn handle_timeout<E: Emit>(&mut self, now: Mono, emit: &mut E) {
+        each_venue!(self, v => v.handle_timeout(now, emit))
+    }
+
+    fn handle_end<E: Emit>(&mut self, now: Mono, emit: &mut E) {
+        each_venue!(self, v => v.handle_end(now, emit))
+    }
+
+    fn poll_timeout(&self) -> Option<Mono> {
+        each_venue!(self, v => v.poll_timeout())
+    }
+
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        each_venue!(self, v => v.poll_transmit())
+    }
+
+    fn poll_io(&mut self) -> Option<IoRequest> {
+        each_venue!(self, v => v.poll_io())
+    }
+
+    fn poll_notice(&mut self) -> Option<Notice> {
+        each_venue!(self, v => v.poll_notice())
+    }
+
+    fn stream_count(&self) -> usize {
+        each_venue!(self, v => v.stream_count())
+    }
+
+    fn stream(&self, index: usize) -> Option<StreamInfo<'_>> {
+        each_venue!(self, v => v.stream(index))
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        each_venue!(self, v => v.counters())
     }
 }
 
@@ -109,4 +579,16 @@ pub struct ChannelStats {
     pub arena_full: u64,
     /// The sequencer's counters for the channel's stream.
     pub sequencer: StreamStats,
+}
+
+impl From<UdpVenue> for AnyVenue {
+    fn from(v: UdpVenue) -> Self {
+        Self::Udp(v)
+    }
+}
+
+impl From<binance::BinanceVenue> for AnyVenue {
+    fn from(v: binance::BinanceVenue) -> Self {
+        Self::Binance(v)
+    }
 }

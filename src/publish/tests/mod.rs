@@ -1,6 +1,9 @@
 //! Tests of the event encoding and the queue, with their shared helpers.
 
 mod codec;
+mod feed;
+mod handoff_model;
+mod handoff_runs;
 mod model;
 mod queue;
 mod runs;

@@ -1,5 +1,5 @@
 //! Generated Binance captures: depth events and REST snapshots of several symbols in the
-//! [capture format](crate::drive::replay_binance), with chosen events left out, for
+//! [capture format](crate::drive::replay::binance), with chosen events left out, for
 //! tests and benchmarks of the replay.
 
 use std::collections::BTreeMap;

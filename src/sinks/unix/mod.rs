@@ -194,6 +194,7 @@ impl UnixSinkHandle {
     }
 
     /// The counters now.
+    #[cfg(test)]
     pub fn stats(&self) -> UnixSinkStats {
         self.shared.snapshot()
     }

@@ -53,6 +53,7 @@
 //! above, since a snapshot older than the first buffered event is fetched again.
 
 mod fetch;
+mod link;
 mod pending;
 mod rules;
 mod session;
@@ -60,9 +61,12 @@ mod spec;
 mod sync;
 #[cfg(test)]
 mod tests;
+mod venue;
 
+pub use link::Backoff;
 pub use session::BinanceSession;
 pub use spec::{BinanceSpec, SnapshotBackoff, SpecError};
+pub use venue::{BinanceVenue, TransportStats, channel_stats, combined_url};
 
 /// Which Binance market a venue connects to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

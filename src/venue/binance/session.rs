@@ -109,6 +109,11 @@ impl BinanceSession {
         })
     }
 
+    /// The spec the session was built from.
+    pub fn spec(&self) -> &BinanceSpec {
+        &self.spec
+    }
+
     /// Number of symbols.
     pub fn symbol_count(&self) -> usize {
         self.books.len()

@@ -177,4 +177,7 @@ pub enum SpecError {
     /// A size, count or duration that must be positive is 0.
     #[error("`{0}` must be greater than 0")]
     Zero(&'static str),
+    /// The configuration describes another kind of venue.
+    #[error("not a Binance venue")]
+    NotBinance,
 }

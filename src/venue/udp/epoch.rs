@@ -22,7 +22,245 @@
 //! way, at the lowest sequence any counted datagram carried, so that one which could not
 //! be held (longer than the buffers) is a gap to recover rather than skipped.
 
-use super::wire::SessionKey;
+use super::channel::{Arrival, Channel, Core};
+use super::spec::FeedSpec;
+use super::wire::{self, SessionKey};
+use crate::publish::{Event, StreamState as Published};
+use crate::time::Mono;
+use crate::venue::{Emit, EpochLabel, Notice, Via};
+
+/// Sessions a channel remembers having left behind.
+const RETIRED_SESSIONS: usize = 4;
+
+/// Strays are reported at most this often per channel.
+const STRAYS_NOTICE_EVERY_NS: u64 = 10_000_000_000;
+
+/// A session left behind, and the sequence its stream had reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Retired {
+    session: SessionKey,
+    /// Where the stream resumes if the session takes the channel back; `None` when it
+    /// had not started (the channel's baseline rule then applies again).
+    next: Option<u64>,
+    /// It announced its end: it never takes the channel back.
+    ended: bool,
+}
+
+/// A channel's sessions: the current one, those left behind, the one being counted.
+#[derive(Debug)]
+pub(super) struct Epochs {
+    /// The current session, once known.
+    pub(super) session: Option<SessionKey>,
+    retired: [Option<Retired>; RETIRED_SESSIONS],
+    /// Another session being counted before it is adopted.
+    candidate: Candidate,
+    /// The detector's epoch of the current session.
+    pub(super) epoch: u64,
+    /// The current session announced its end.
+    pub(super) end_of_session: bool,
+}
+
+impl Epochs {
+    /// A channel's sessions, expecting `session` first (any when `None`).
+    pub(super) fn new(session: Option<SessionKey>, confirm: u32, max_datagram: usize) -> Self {
+        Self {
+            session,
+            retired: [None; RETIRED_SESSIONS],
+            candidate: Candidate::new(confirm, max_datagram),
+            epoch: 0,
+            end_of_session: false,
+        }
+    }
+}
+
+impl Channel {
+    /// Gives up the session being counted: its datagrams are dropped, and counted.
+    fn give_up_candidate(&mut self) {
+        if let Some(given_up) = self.epochs.candidate.give_up() {
+            if given_up.retired {
+                self.stats.stale_session += given_up.datagrams;
+            } else {
+                self.stats.unconfirmed_session += given_up.datagrams;
+            }
+        }
+    }
+
+    /// Reports strays dropped since the last report, at most every
+    /// [`STRAYS_NOTICE_EVERY_NS`].
+    fn report_strays(&mut self, core: &mut Core, stream: usize, now: Mono) {
+        let total = self.stats.unconfirmed_session;
+        let due = self
+            .logged
+            .strays_at
+            .is_none_or(|t| now.nanos_since(t) >= STRAYS_NOTICE_EVERY_NS);
+        if total > self.logged.strays && due {
+            core.notices.push(Notice::StraysDropped {
+                stream,
+                dropped: total - self.logged.strays,
+                total,
+            });
+            self.logged.strays = total;
+            self.logged.strays_at = Some(now);
+        }
+    }
+
+    /// Resolves the epoch of a datagram of `session` carrying `seq`; `None` when it is not
+    /// to be handled now (a session left behind, or another session not yet confirmed).
+    pub(super) fn resolve_epoch(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        a: Arrival<'_>,
+        session: SessionKey,
+        seq: u64,
+        emit: &mut impl Emit,
+    ) -> Option<u64> {
+        let current = self.epochs.session;
+        if current == Some(session) {
+            if a.via == Via::Multicast && self.epochs.candidate.counting().is_some() {
+                // The current session is alive on the feed: whatever was being counted
+                // was not a restart. (An answer to an old request proves nothing.)
+                self.give_up_candidate();
+                self.report_strays(core, self.index, a.now);
+            }
+            return Some(self.epochs.epoch);
+        }
+        let retired = self
+            .epochs
+            .retired
+            .iter()
+            .flatten()
+            .find(|r| r.session == session)
+            .copied();
+        if a.via == Via::Unicast || retired.is_some_and(|r| r.ended) {
+            // Answers to requests are no evidence of a live session, only the feed is; and
+            // a session that announced its end is over.
+            match retired {
+                Some(_) => self.stats.stale_session += 1,
+                None => self.stats.unconfirmed_session += 1,
+            }
+            self.report_strays(core, self.index, a.now);
+            return None;
+        }
+        if self
+            .epochs
+            .candidate
+            .counting()
+            .is_some_and(|s| s != session)
+        {
+            self.give_up_candidate();
+            self.report_strays(core, self.index, a.now);
+        }
+        let adopt = if current.is_some() && self.epochs.end_of_session && retired.is_none() {
+            // The current session said it ended: the next one needs no confirming.
+            true
+        } else {
+            self.epochs
+                .candidate
+                .offer(session, retired.is_some(), seq, a.bytes, a.recv.as_nanos())
+                == Offer::Confirmed
+        };
+        if !adopt {
+            return None;
+        }
+        match current {
+            // The first session: confirmed like any other, so that a stray sender
+            // heard before the venue does not become the channel's session.
+            None => self.epochs.session = Some(session),
+            Some(current) => self.adopt_session(core, spec, current, session, retired, emit),
+        }
+        let held = self.epochs.candidate.take();
+        // A stream that takes its first datagram as its start (a live start, not yet
+        // started in this session) starts at the lowest the session sent while it was
+        // being confirmed: a datagram that could not be held is then missing, not lost.
+        let unstarted = current.is_none() || retired.is_some_and(|r| r.next.is_none());
+        if let (true, None, Some(lowest)) = (unstarted, spec.start_from, held.lowest()) {
+            core.detector
+                .heartbeat(self.stream, self.epochs.epoch, lowest);
+        }
+        // The datagrams that led up to the change (all of `session`), in the order they
+        // came. They were counted as received when they arrived.
+        for (bytes, recv_ns) in held.iter() {
+            let decoded = wire::decode(spec.wire, bytes);
+            let replayed = Arrival {
+                now: a.now,
+                bytes,
+                recv: crate::time::Wall::from_nanos(recv_ns),
+                via: Via::Multicast,
+            };
+            self.handle(core, spec, replayed, decoded, emit);
+        }
+        self.epochs.candidate.restore(held);
+        (self.epochs.session == Some(session)).then_some(self.epochs.epoch)
+    }
+
+    /// Makes `session` the channel's session in a new epoch, retiring `current`: a new
+    /// session starts from 1, and a retired one taking the channel back resumes where its
+    /// stream had got to (what it sent meanwhile is then missing, and recovered).
+    fn adopt_session(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        current: SessionKey,
+        session: SessionKey,
+        retired: Option<Retired>,
+        emit: &mut impl Emit,
+    ) {
+        let left = Retired {
+            session: current,
+            next: core.detector.expected(self.stream),
+            ended: self.epochs.end_of_session,
+        };
+        // The one left now first, then the others, newest first, without the session
+        // taking the channel (back).
+        let mut retired_now = [None; RETIRED_SESSIONS];
+        let kept = self
+            .epochs
+            .retired
+            .iter()
+            .flatten()
+            .filter(|r| r.session != session);
+        for (slot, r) in retired_now
+            .iter_mut()
+            .zip(std::iter::once(&left).chain(kept))
+        {
+            *slot = Some(*r);
+        }
+        self.epochs.retired = retired_now;
+        self.epochs.session = Some(session);
+        self.epochs.epoch += 1;
+        self.stats.new_sessions += 1;
+        self.requester.clear();
+        self.requester.progress();
+        self.stop_snapshot();
+        self.epochs.end_of_session = false;
+        core.notices.push(Notice::EpochChanged {
+            stream: self.index,
+            label: EpochLabel::new(&session.display(spec.wire)),
+            changes: self.stats.new_sessions,
+        });
+        self.logged.changes = self.stats.new_sessions;
+        emit.emit(&Event::State {
+            stream: self.id,
+            state: Published::Unseen,
+        });
+        // A new session is numbered from 1; one taking the channel back resumes where its
+        // stream had got to, or, had it not started, starts by the channel's baseline rule
+        // with its first datagram of the new epoch.
+        let start = match retired {
+            None => Some(1),
+            Some(r) => r.next,
+        };
+        if let Some(start) = start {
+            let mut out = std::mem::take(&mut core.out);
+            core.detector
+                .resynchronize_epoch(self.stream, self.epochs.epoch, start, &mut out);
+            core.out = out;
+        }
+        self.release_discarded(core);
+        self.published = Published::Unseen;
+    }
+}
 
 /// What [`Candidate::offer`] decided about a datagram of another session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,39 @@
-//! The re-request planner of one channel: what to ask for, from which server, and when.
+//! Recovery decisions of one channel: when a gap is re-requested, when it goes to the
+//! snapshot, and when it is declared lost; and the re-request planner they use.
 //!
-//! Pure bookkeeping over a fixed table of requests in flight. The session asks it for
+//! `Channel::drive` runs after every datagram, answer, timer and snapshot end. While the
+//! stream is synced it only keeps the planner clear. While something is missing it asks
+//! the planner for requests once one is due, and falls back when re-requests cannot help:
+//!
+//! | situation | with a snapshot service | without |
+//! | --- | --- | --- |
+//! | the missing span is over `max_replay` | snapshot | re-request |
+//! | every server spent its retry budget | snapshot | [`GapPolicy::Skip`]: declared lost; [`GapPolicy::Hold`]: stays unsynced |
+//! | the stream latched `ResetRequired` | snapshot | `Skip`: declared lost; `Hold`: stays unsynced |
+//!
+//! The MoldUDP64 specification puts the receiver's part this way (section "Receiver
+//! Processing"):
+//!
+//! ```text
+//! //# If the sequence number does not match the next expected sequence
+//! //# number, send a Request Packet to the Request Server with expected
+//! //# packet number.
+//! ```
+//!
+//! and the server's, which is why a partial answer is followed at once by a request for
+//! the rest ("Requested Message Count"):
+//!
+//! ```text
+//! //# If the
+//! //# total size of the requested messages exceeds the maximum payload size of the of
+//! //# one UDP packet, only the number of messages that completely fit will be returned.
+//! //# Additional retransmission requests must be made for the subsequent messages if
+//! //# they are still desired.
+//! ```
+//!
+//! # The planner
+//!
+//! [`Requester`] is pure bookkeeping over a fixed table of requests in flight. The session asks it for
 //! requests covering the missing ranges; it skips what is already asked for and not yet
 //! timed out, and caps each request's count. Every request that times out spends one unit
 //! of a retry budget, which refills whenever an answer brings a new message: a slow but
@@ -10,7 +43,13 @@
 
 use std::net::SocketAddr;
 
-use crate::sequencer::SeqRange;
+use super::channel::{Channel, ChannelTimer, Core, TX_QUEUE};
+use super::snapshot::Phase;
+use super::spec::FeedSpec;
+use crate::publish::Event;
+use crate::sequencer::{SeqRange, StreamState};
+use crate::time::Mono;
+use crate::venue::{Emit, GapPolicy, Notice, Transmit};
 
 /// Requests in flight per channel at most.
 pub const MAX_INFLIGHT: usize = 64;
@@ -300,6 +339,156 @@ impl Requester {
             self.tokens_ns = self.tokens_ns.saturating_add(earned).min(cap);
         }
         self.tokens_at = now.max(self.tokens_at);
+    }
+}
+
+impl Channel {
+    /// Decides what recovery to run now; `force` plans even when no timer is due (an
+    /// answer arrived: a partial one is followed at once by a request for the rest). Keeps
+    /// the recovery timer armed exactly while the planner has something pending.
+    pub(super) fn drive(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        force: bool,
+        emit: &mut impl Emit,
+    ) {
+        self.plan_recovery(core, spec, now, force, emit);
+        let waiting = self.phase == Phase::Idle
+            && matches!(
+                core.detector.state(self.stream),
+                StreamState::DirtySyncPending | StreamState::Recovering
+            );
+        let at = if waiting {
+            self.requester
+                .next_deadline(&spec.policy)
+                .map(Mono::from_nanos)
+        } else {
+            None
+        };
+        self.timers.set_or_stop(ChannelTimer::Recovery, at);
+    }
+
+    fn plan_recovery(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        force: bool,
+        emit: &mut impl Emit,
+    ) {
+        match self.phase {
+            Phase::Running { .. } => return,
+            Phase::Backoff { until } => {
+                if now >= until {
+                    self.phase = Phase::Idle;
+                    self.timers.stop(ChannelTimer::SnapshotRetry);
+                    self.start_snapshot(core, spec, now, emit);
+                }
+                return;
+            }
+            Phase::Idle => {}
+        }
+        let policy = spec.policy;
+        match core.detector.state(self.stream) {
+            StreamState::Unseen | StreamState::Synced => {
+                self.requester.clear();
+                return;
+            }
+            StreamState::ResetRequired => {
+                self.requester.clear();
+                if !self.start_snapshot(core, spec, now, emit) && spec.gap_policy == GapPolicy::Skip
+                {
+                    self.skip(core, spec, emit);
+                }
+                return;
+            }
+            StreamState::DirtySyncPending | StreamState::Recovering => {}
+        }
+        let now_ns = now.as_nanos();
+        self.requester.gap_seen(now_ns, &policy);
+        // Planning walks the missing ranges: only when something is due, not per datagram.
+        if !force && !self.requester.due(now_ns, &policy) {
+            return;
+        }
+        self.requester.expire(now_ns);
+        let snapshot = self.spec.snapshot.is_some();
+        if snapshot && core.detector.missing_span(self.stream) > spec.max_replay {
+            self.start_snapshot(core, spec, now, emit);
+            return;
+        }
+        let plan = if self.requester.has_servers() {
+            let session = self.epochs.session.unwrap_or_default();
+            let (tx, stats, endpoint, wire) =
+                (&mut core.tx, &mut self.stats, self.unicast, spec.wire);
+            self.requester.plan(
+                now_ns,
+                &policy,
+                core.detector.missing(self.stream),
+                |to, range| {
+                    let count = range.len().min(u64::from(u16::MAX)) as u16;
+                    let (bytes, len) = wire.encode_request(session, range.from, count);
+                    if tx.len() < TX_QUEUE {
+                        tx.push_back(Transmit {
+                            endpoint,
+                            to,
+                            bytes,
+                            len,
+                        });
+                        stats.requests += 1;
+                    } else {
+                        stats.requests_dropped += 1;
+                    }
+                },
+            )
+        } else {
+            Plan::Exhausted
+        };
+        if plan == Plan::Exhausted
+            && !self.start_snapshot(core, spec, now, emit)
+            && spec.gap_policy == GapPolicy::Skip
+        {
+            self.skip(core, spec, emit);
+        }
+        // GapPolicy::Hold: the stream stays unsynced, and its state says so.
+    }
+
+    /// Declares every missing range lost: a gap event each, then delivery resumes after it.
+    pub(super) fn skip(&mut self, core: &mut Core, spec: &FeedSpec, emit: &mut impl Emit) {
+        // Each pass removes the first missing range; the ring bounds the passes.
+        for _ in 0..=spec.window {
+            let stream = self.stream;
+            let state = core.detector.state(stream);
+            let first = core.detector.missing(stream).next();
+            let next = match (first, state) {
+                (Some(range), _) => {
+                    self.stats.gaps_lost += 1;
+                    self.stats.messages_lost = self.stats.messages_lost.saturating_add(range.len());
+                    core.notices.push(Notice::GapsLost {
+                        stream: self.index,
+                        from: range.from,
+                        to: range.to,
+                        total: self.stats.messages_lost,
+                    });
+                    emit.emit(&Event::Gap {
+                        stream: self.id,
+                        from: range.from,
+                        to: range.to,
+                    });
+                    range.to.saturating_add(1)
+                }
+                (None, StreamState::ResetRequired) => {
+                    // Latched with nothing known missing (a suspected restart): start
+                    // afresh from what is buffered, or from the expected sequence.
+                    core.detector.expected(stream).unwrap_or(0)
+                }
+                (None, _) => break,
+            };
+            self.resynchronize(core, next, emit);
+        }
+        self.requester.clear();
+        self.publish_state(core, emit);
     }
 }
 

@@ -1,7 +1,9 @@
-//! One view over the point-sequenced UDP feeds: MoldUDP64 and its little-endian cousin
-//! IEX-TP both carry a session, the first message's sequence, a count and length-prefixed
-//! messages, with count 0 as a heartbeat.
+//! The wire specifics of the point-sequenced UDP feeds, behind one view: MoldUDP64 and its
+//! little-endian cousin IEX-TP both carry a session, the first message's sequence, a count
+//! and length-prefixed messages, with count 0 as a heartbeat. Decoding and the encoding of
+//! re-requests are the only places the two differ.
 
+use crate::protocol::moldudp64::{Request, Session};
 use crate::protocol::{ProtocolError, iex_tp, moldudp64};
 use crate::publish::run::{self, BlockLengths};
 
@@ -21,6 +23,32 @@ impl Wire {
             Self::MoldUdp64 => "moldudp64",
             Self::IexTp => "iex-tp",
         }
+    }
+
+    /// The re-request for `count` messages of `session` from `first`, and its length.
+    ///
+    /// MoldUDP64 defines the request (spec, "Request Packet"):
+    ///
+    /// ```text
+    /// //# Field Name                Offset   Len   Value
+    /// //# Session                      0      10    ANUM
+    /// //# Sequence Number             10       8    NUM    First requested sequence number.
+    /// //# Requested Message Count     18       2    NUM
+    /// ```
+    ///
+    /// IEX-TP channels are asked in the same 20-byte layout, with the IEX session id in
+    /// the session field's first four bytes (little-endian) and zeros after: the layout
+    /// gapless's simulated re-request server answers for both wires. IEX's own gap-fill
+    /// request (IEX-TP 1.25, "Gap Fill Request": request range blocks over UDP or TCP) is a
+    /// different message and is not implemented; a production IEX-TP channel needs a
+    /// gap-fill proxy that speaks this layout, or no `rerequest` server and a gap policy.
+    pub fn encode_request(self, session: SessionKey, first: u64, count: u16) -> ([u8; 20], usize) {
+        let request = Request {
+            session: Session(session.0),
+            sequence: first,
+            count,
+        };
+        (request.to_bytes(), 20)
     }
 }
 

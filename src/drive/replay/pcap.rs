@@ -1,0 +1,384 @@
+//! Replay of pcap and pcapng captures of MoldUDP64 or IEX-TP feeds: the capture's
+//! datagrams through a [`UdpVenue`] and the [replay driver](super), with the capture's
+//! timestamps as the clock.
+//!
+//! Nothing can be re-requested from a file, so a gap is reported with its exact range,
+//! declared lost with an explicit gap event, and delivery resumes after it; nothing after
+//! a gap is ever delivered as if it were continuous.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::net::SocketAddrV4;
+use std::path::Path;
+
+use thiserror::Error;
+
+use super::{Pacing, Record, Source};
+use crate::capture::{CaptureError, CaptureReader, Stats as LinkStats};
+use crate::config::{Config, Start, VenueKind};
+use crate::publish::jsonl::{JsonlFormatter, StreamNames};
+use crate::publish::{Event, StreamState as Published};
+use crate::sequencer::SeqRange;
+use crate::venue::udp::{LineSpec, spec_from_config};
+use crate::venue::{ChannelSpec, ChannelStats, FeedSpec, GapPolicy, UdpVenue, Wire};
+
+/// What to replay and how.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// The wire format of the selected datagrams.
+    pub wire: Wire,
+    /// Only datagrams to these destinations (group and port); every UDP datagram when empty.
+    pub destinations: Vec<SocketAddrV4>,
+    /// Venue name used in the JSON lines.
+    pub venue: String,
+    /// `Some(x)`: pace the replay at `x` times real time. `None`: as fast as possible.
+    pub speed: Option<f64>,
+    /// Expect every session to start at sequence 1 (report loss before the first packet).
+    pub from_start: bool,
+}
+
+/// Why a replay failed.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    /// The capture could not be read (the error names the byte offset).
+    #[error("{0}")]
+    Capture(#[from] CaptureError),
+    /// Writing the JSON lines failed.
+    #[error("writing output: {0}")]
+    Output(#[from] io::Error),
+    /// The configuration has no venue of a kind this replay can read.
+    #[error("no moldudp64 or iex-tp venue to replay")]
+    NoUdpVenue,
+}
+
+/// One stream's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// Stream name (the destination it was received on).
+    pub name: String,
+    /// The last session seen.
+    pub session: String,
+    /// Final state.
+    pub state: Published,
+    /// First and last sequence delivered.
+    pub delivered_range: Option<(u64, u64)>,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Gaps declared lost, with their exact ranges.
+    pub gaps: Vec<SeqRange>,
+    /// The channel's counters.
+    pub stats: ChannelStats,
+}
+
+/// What a replay saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Records in the capture.
+    pub records: u64,
+    /// Link-layer outcome (datagrams, IP fragments, non-UDP and truncated frames).
+    pub link: LinkStats,
+    /// UDP datagrams selected by destination.
+    pub selected: u64,
+    /// Data messages carried (before deduplication).
+    pub messages: u64,
+    /// Heartbeat datagrams.
+    pub heartbeats: u64,
+    /// Messages delivered to the consumer.
+    pub delivered: u64,
+    /// Per stream.
+    pub streams: Vec<StreamSummary>,
+}
+
+impl ReplaySummary {
+    /// Every gap of every stream.
+    pub fn gaps(&self) -> impl Iterator<Item = &SeqRange> {
+        self.streams.iter().flat_map(|s| s.gaps.iter())
+    }
+
+    /// Streams that lost data or did not end synced.
+    pub fn unsynced(&self) -> impl Iterator<Item = &StreamSummary> {
+        self.streams.iter().filter(|s| {
+            !s.gaps.is_empty() || !matches!(s.state, Published::Synced | Published::Closed)
+        })
+    }
+}
+
+impl fmt::Display for ReplaySummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "records:     {}", self.records)?;
+        writeln!(
+            f,
+            "datagrams:   {} udp, {} selected, {} ip fragments skipped, {} other skipped",
+            self.link.datagrams,
+            self.selected,
+            self.link.fragments,
+            self.link.not_udp_ipv4
+                + self.link.truncated
+                + self.link.malformed
+                + self.link.unsupported_link
+        )?;
+        writeln!(
+            f,
+            "messages:    {} carried, {} delivered",
+            self.messages, self.delivered
+        )?;
+        writeln!(f, "heartbeats:  {}", self.heartbeats)?;
+        let gaps: Vec<String> = self.gaps().map(ToString::to_string).collect();
+        let lost: u64 = self.gaps().map(SeqRange::len).sum();
+        writeln!(
+            f,
+            "gaps:        {} ({} messages lost) {}",
+            gaps.len(),
+            lost,
+            gaps.join(" ")
+        )?;
+        for s in &self.streams {
+            let st = &s.stats;
+            let range = s
+                .delivered_range
+                .map_or_else(|| "-".to_string(), |(a, b)| format!("{a}..={b}"));
+            writeln!(
+                f,
+                "stream {}: session {} state {} delivered {} ({}) duplicates {} malformed {} stale {}",
+                s.name,
+                s.session,
+                s.state.as_str(),
+                s.delivered,
+                range,
+                st.sequencer.duplicates,
+                st.malformed,
+                st.stale_session
+            )?;
+        }
+        let unsynced: Vec<&str> = self.unsynced().map(|s| s.name.as_str()).collect();
+        if unsynced.is_empty() {
+            write!(f, "unsynced:    none")
+        } else {
+            write!(
+                f,
+                "unsynced:    {} (data lost: do not trust state built from them)",
+                unsynced.join(", ")
+            )
+        }
+    }
+}
+
+/// Replays the capture at `path`, writing the consumer stream as JSON lines to `jsonl`
+/// when given.
+pub fn replay(
+    path: &Path,
+    options: &ReplayOptions,
+    jsonl: Option<&mut dyn Write>,
+) -> Result<ReplaySummary, ReplayError> {
+    let reader = CaptureReader::open(path)?;
+    replay_reader(reader, options, jsonl)
+}
+
+/// Replays an opened capture; see [`replay`].
+pub fn replay_reader(
+    mut reader: CaptureReader,
+    options: &ReplayOptions,
+    jsonl: Option<&mut dyn Write>,
+) -> Result<ReplaySummary, ReplayError> {
+    let destinations = discover(&mut reader, options)?;
+    let mut reader = reader.rewound()?;
+    let channels: Vec<ChannelSpec> = destinations
+        .iter()
+        .map(|d| ChannelSpec::new(&d.to_string(), LineSpec::loopback(*d)))
+        .collect();
+    let mut spec = FeedSpec::new(options.wire, channels);
+    spec.gap_policy = GapPolicy::Skip;
+    spec.start_from = options.from_start.then_some(1);
+    spec.window = 1 << 16;
+    spec.max_buffered = 1 << 16;
+    // A gap is declared lost only when nothing filled it within a second of capture time:
+    // a capture recorded live holds the re-request answers that arrived after the gap.
+    spec.policy.reorder_delay_ns = 1_000_000_000;
+    let mut venues = [UdpVenue::new(&options.venue, spec)];
+
+    let mut names = StreamNames::new();
+    for (i, d) in destinations.iter().enumerate() {
+        names.set(i as u16, &options.venue, &d.to_string());
+    }
+    let mut sink = Collector {
+        formatter: JsonlFormatter::new(),
+        names,
+        out: jsonl,
+        error: None,
+        per_stream: vec![StreamTally::default(); destinations.len()],
+    };
+    let mut source = PcapSource {
+        reader: &mut reader,
+        link: LinkStats::default(),
+        selected: 0,
+        destinations: &destinations,
+        error: None,
+    };
+    let pacing = Pacing {
+        speed: options.speed,
+    };
+    let driven = super::run(&mut source, &mut venues, &mut sink, pacing)?;
+    if let Some(e) = sink.error.take() {
+        return Err(e.into());
+    }
+    if let Some(out) = sink.out.as_mut() {
+        out.flush()?;
+    }
+    let [feed] = &venues;
+    let mut summary = ReplaySummary {
+        records: driven.records,
+        link: source.link,
+        selected: source.selected,
+        ..ReplaySummary::default()
+    };
+    for (i, tally) in sink.per_stream.into_iter().enumerate() {
+        let stats = feed.stats(i);
+        summary.messages += stats.messages;
+        summary.heartbeats += stats.heartbeats;
+        summary.delivered += tally.delivered;
+        summary.streams.push(StreamSummary {
+            name: feed.channel_name(i).to_string(),
+            session: feed
+                .session(i)
+                .map_or_else(String::new, |s| s.display(options.wire)),
+            state: crate::venue::udp::published(feed.state(i)),
+            delivered_range: tally.first.zip(tally.last),
+            delivered: tally.delivered,
+            gaps: tally.gaps,
+            stats,
+        });
+    }
+    Ok(summary)
+}
+
+/// The datagrams of a capture, those to `destinations` only.
+struct PcapSource<'r> {
+    reader: &'r mut CaptureReader,
+    link: LinkStats,
+    selected: u64,
+    destinations: &'r [SocketAddrV4],
+    error: Option<CaptureError>,
+}
+
+impl Source for PcapSource<'_> {
+    type Error = CaptureError;
+
+    fn next_record(&mut self) -> Option<Result<Record<'_>, CaptureError>> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let record = match self.reader.next_record()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let ts = record.ts_ns;
+        let Some(datagram) = self.link.extract(record.link, record.data) else {
+            return Some(Ok(Record::Skipped { ts }));
+        };
+        if !self.destinations.contains(&datagram.dst) {
+            return Some(Ok(Record::Skipped { ts }));
+        }
+        self.selected += 1;
+        Some(Ok(Record::Datagram {
+            ts,
+            dst: datagram.dst,
+            payload: datagram.payload,
+        }))
+    }
+}
+
+/// Takes the protocol, destinations and venue name for a replay from the first
+/// MoldUDP64 or IEX-TP venue of `config`.
+///
+/// # Errors
+///
+/// [`ReplayError::NoUdpVenue`] when the configuration has none.
+pub fn apply_replay_config(
+    config: &Config,
+    options: &mut ReplayOptions,
+) -> Result<(), ReplayError> {
+    let venue = config
+        .venues
+        .iter()
+        .find(|v| !matches!(v.kind, VenueKind::Binance { .. }))
+        .ok_or(ReplayError::NoUdpVenue)?;
+    let spec = spec_from_config(venue, 0).ok_or(ReplayError::NoUdpVenue)?;
+    options.wire = spec.wire;
+    options.venue = venue.name.as_str().to_string();
+    options.destinations = spec
+        .channels
+        .iter()
+        .filter_map(|c| c.lines.first().map(|l| l.group))
+        .collect();
+    options.from_start = match &venue.kind {
+        VenueKind::MoldUdp64 { start, .. } | VenueKind::IexTp { start, .. } => {
+            *start == Start::FromStart
+        }
+        VenueKind::Binance { .. } => false,
+    };
+    Ok(())
+}
+
+/// The destinations to replay, in the order first seen.
+fn discover(
+    reader: &mut CaptureReader,
+    options: &ReplayOptions,
+) -> Result<Vec<SocketAddrV4>, ReplayError> {
+    if !options.destinations.is_empty() {
+        return Ok(options.destinations.clone());
+    }
+    let mut seen = Vec::new();
+    let mut link = LinkStats::default();
+    while let Some(record) = reader.next_record() {
+        let record = record?;
+        if let Some(d) = link.extract(record.link, record.data)
+            && !seen.contains(&d.dst)
+            && seen.len() < usize::from(u16::MAX)
+        {
+            seen.push(d.dst);
+        }
+    }
+    Ok(seen)
+}
+
+#[derive(Debug, Clone, Default)]
+struct StreamTally {
+    delivered: u64,
+    first: Option<u64>,
+    last: Option<u64>,
+    gaps: Vec<SeqRange>,
+}
+
+struct Collector<'w> {
+    formatter: JsonlFormatter,
+    names: StreamNames,
+    out: Option<&'w mut dyn Write>,
+    error: Option<io::Error>,
+    per_stream: Vec<StreamTally>,
+}
+
+impl crate::venue::Emit for Collector<'_> {
+    fn emit(&mut self, event: &Event<'_>) {
+        if let Some(tally) = self.per_stream.get_mut(usize::from(event.stream())) {
+            match *event {
+                Event::Message {
+                    seq,
+                    snapshot: false,
+                    ..
+                } => {
+                    tally.delivered += 1;
+                    tally.first.get_or_insert(seq);
+                    tally.last = Some(seq);
+                }
+                Event::Gap { from, to, .. } => tally.gaps.push(SeqRange::new(from, to)),
+                _ => {}
+            }
+        }
+        if self.error.is_none()
+            && let Some(out) = self.out.as_mut()
+            && let Err(e) = self.formatter.write(&self.names, event, out)
+        {
+            self.error = Some(e);
+        }
+    }
+}

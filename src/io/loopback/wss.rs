@@ -1,0 +1,165 @@
+//! `wss://` end to end on loopback: a TLS WebSocket server with a certificate made for
+//! 127.0.0.1 at test time (openssl), and the client verifying it against that certificate
+//! as its root. Skips with a reason where openssl is absent.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::io::ws::{WsClient, WsStatus};
+use mio::{Events, Poll, Token};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// A CA certificate, and a certificate for IP 127.0.0.1 it signed with its PKCS#8 key,
+/// all DER.
+fn make_certificates(dir: &Path) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+    let run = |args: &[&str]| {
+        Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .ok()?;
+    let ok = run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=gapless test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]) && run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "leaf.ext",
+        "-outform",
+        "DER",
+        "-out",
+        "leaf.der",
+    ]) && run(&["x509", "-in", "ca.pem", "-outform", "DER", "-out", "ca.der"])
+        && run(&[
+            "pkcs8",
+            "-topk8",
+            "-nocrypt",
+            "-outform",
+            "DER",
+            "-in",
+            "leaf.key",
+            "-out",
+            "leaf.key.der",
+        ]);
+    if !ok {
+        return None;
+    }
+    Some((
+        std::fs::read(dir.join("ca.der")).ok()?,
+        std::fs::read(dir.join("leaf.der")).ok()?,
+        std::fs::read(dir.join("leaf.key.der")).ok()?,
+    ))
+}
+
+#[test]
+fn wss_client_verifies_the_server_and_receives_frames() {
+    let dir = std::env::temp_dir().join(format!("gapless-wss-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some((ca, cert, key)) = make_certificates(&dir) else {
+        eprintln!("skipping: openssl is not available to make a test certificate");
+        return;
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let tls = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+        let stream = rustls::StreamOwned::new(tls, tcp);
+        let mut ws = tungstenite::accept(stream).unwrap();
+        for i in 0..3 {
+            let frame = format!(
+                r#"{{"stream":"btcusdt@depth@100ms","data":{{"e":"depthUpdate","U":{i},"u":{i}}}}}"#
+            );
+            ws.send(tungstenite::Message::text(frame)).unwrap();
+        }
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    });
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(ca)).unwrap();
+    let client_config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut poll = Poll::new().unwrap();
+    let url = format!("wss://127.0.0.1:{port}/stream?streams=btcusdt@depth@100ms");
+    let mut client = WsClient::connect_with(
+        &url,
+        poll.registry(),
+        Token(1),
+        Some(Arc::new(client_config)),
+    )
+    .unwrap();
+    let mut events = Events::with_capacity(8);
+    let mut frames: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut closed = false;
+    while !closed && Instant::now() < deadline {
+        poll.poll(&mut events, Some(Duration::from_millis(100)))
+            .unwrap();
+        let _ = client.on_writable();
+        match client.on_readable(|f| frames.push(String::from_utf8_lossy(f).into_owned())) {
+            Ok(WsStatus::Closed { .. }) | Err(_) => closed = true,
+            Ok(_) => {}
+        }
+    }
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(frames.len(), 3, "three frames over TLS: {frames:?}");
+    assert!(frames[0].contains("depthUpdate"));
+}

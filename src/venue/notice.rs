@@ -1,0 +1,239 @@
+//! What a venue wants an operator to read: decisions and anomalies, as data.
+//!
+//! A venue never writes a log line itself (it is sans-IO). It queues [`Notice`]s, the
+//! driver drains them with [`Venue::poll_notice`](super::Venue::poll_notice) and writes
+//! them with the venue's and stream's names. The queue is bounded: a notice that finds it
+//! full is counted, and the count reported by the next notice that fits.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use super::ConnId;
+
+/// How loud a notice is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoticeLevel {
+    /// Something failed or needs attention.
+    Warn,
+    /// What the venue is doing.
+    Info,
+    /// Detail for diagnosis.
+    Debug,
+}
+
+/// An epoch's name as a venue shows it (a MoldUDP64 session, an IEX-TP session id), held
+/// without allocating.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct EpochLabel {
+    bytes: [u8; 20],
+    len: u8,
+}
+
+impl EpochLabel {
+    /// The label of `text`, cut to 20 bytes at a character boundary.
+    pub fn new(text: &str) -> Self {
+        let mut end = text.len().min(20);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut bytes = [0u8; 20];
+        if let (Some(dst), Some(src)) = (bytes.get_mut(..end), text.as_bytes().get(..end)) {
+            dst.copy_from_slice(src);
+        }
+        Self {
+            bytes,
+            len: end as u8,
+        }
+    }
+
+    /// The label.
+    pub fn as_str(&self) -> &str {
+        let bytes = self.bytes.get(..usize::from(self.len)).unwrap_or_default();
+        std::str::from_utf8(bytes).unwrap_or("?")
+    }
+}
+
+impl fmt::Debug for EpochLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl fmt::Display for EpochLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Something a venue decided or saw that an operator should be able to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// A stream adopted a new epoch (a session change): it restarts.
+    EpochChanged {
+        /// The venue's stream.
+        stream: usize,
+        /// The epoch adopted.
+        label: EpochLabel,
+        /// Epoch changes of the stream so far.
+        changes: u64,
+    },
+    /// Datagrams of an epoch that was never adopted were dropped (strays on the group).
+    StraysDropped {
+        /// The venue's stream.
+        stream: usize,
+        /// Dropped since the last such notice.
+        dropped: u64,
+        /// Dropped in all.
+        total: u64,
+    },
+    /// Gaps nothing could recover were declared lost ([`GapPolicy::Skip`](super::GapPolicy)).
+    GapsLost {
+        /// The venue's stream.
+        stream: usize,
+        /// The first sequence lost.
+        from: u64,
+        /// The last sequence lost.
+        to: u64,
+        /// Messages lost on the stream so far.
+        total: u64,
+    },
+    /// The venue replaces a connection.
+    Reconnecting {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        why: &'static str,
+    },
+    /// A connection closed or could not open; the next attempt is due after `retry_ns`.
+    ConnectionLost {
+        /// The connection.
+        conn: ConnId,
+        /// Nanoseconds until the next attempt.
+        retry_ns: u64,
+        /// Attempts in a row that have failed.
+        attempts: u32,
+    },
+    /// A snapshot was asked for.
+    SnapshotRequested {
+        /// The venue's stream.
+        stream: usize,
+        /// What the request costs in the venue's budget unit (0: none).
+        cost: u32,
+        /// Budget spent in the venue's window, this request included.
+        budget_used: u32,
+    },
+    /// Notices that found the queue full, dropped.
+    Dropped {
+        /// How many.
+        count: u64,
+    },
+}
+
+impl Notice {
+    /// How loud the notice is.
+    pub fn level(&self) -> NoticeLevel {
+        match self {
+            Self::EpochChanged { .. }
+            | Self::StraysDropped { .. }
+            | Self::GapsLost { .. }
+            | Self::ConnectionLost { .. }
+            | Self::Dropped { .. } => NoticeLevel::Warn,
+            Self::Reconnecting { .. } | Self::SnapshotRequested { .. } => NoticeLevel::Info,
+        }
+    }
+
+    /// The venue's stream it concerns, if one.
+    pub fn stream(&self) -> Option<usize> {
+        match self {
+            Self::EpochChanged { stream, .. }
+            | Self::StraysDropped { stream, .. }
+            | Self::GapsLost { stream, .. }
+            | Self::SnapshotRequested { stream, .. } => Some(*stream),
+            Self::Reconnecting { .. } | Self::ConnectionLost { .. } | Self::Dropped { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EpochChanged { label, changes, .. } => write!(
+                f,
+                "session changed to {label:?} (change {changes}): the stream restarts"
+            ),
+            Self::StraysDropped { dropped, total, .. } => write!(
+                f,
+                "{dropped} datagrams of another session dropped ({total} in all): a stray \
+                 sender on the group? the channel's `source` keeps it out"
+            ),
+            Self::GapsLost {
+                from, to, total, ..
+            } => write!(
+                f,
+                "messages {from}..={to} declared lost: nothing could recover them \
+                 ({total} lost in all)"
+            ),
+            Self::Reconnecting { conn, why } => {
+                write!(f, "connection {}: reconnecting ({why})", conn.0)
+            }
+            Self::ConnectionLost {
+                conn,
+                retry_ns,
+                attempts,
+            } => write!(
+                f,
+                "connection {}: down, attempt {} in {} ms",
+                conn.0,
+                attempts.saturating_add(1),
+                retry_ns / 1_000_000
+            ),
+            Self::SnapshotRequested {
+                cost, budget_used, ..
+            } => write!(
+                f,
+                "snapshot requested (weight {cost}; {budget_used} used in the last minute)"
+            ),
+            Self::Dropped { count } => write!(f, "{count} notices dropped: the queue was full"),
+        }
+    }
+}
+
+/// A bounded queue of notices, allocated at start.
+#[derive(Debug)]
+pub struct Notices {
+    queue: VecDeque<Notice>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl Notices {
+    /// A queue of at most `capacity` notices.
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(2);
+        Self {
+            queue: VecDeque::with_capacity(capacity),
+            capacity,
+            dropped: 0,
+        }
+    }
+
+    /// Queues `notice`, or counts it when the queue is full.
+    pub fn push(&mut self, notice: Notice) {
+        if self.dropped > 0 && self.queue.len() + 1 < self.capacity {
+            self.queue.push_back(Notice::Dropped {
+                count: self.dropped,
+            });
+            self.dropped = 0;
+        }
+        if self.queue.len() < self.capacity {
+            self.queue.push_back(notice);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The oldest queued notice.
+    pub fn pop(&mut self) -> Option<Notice> {
+        self.queue.pop_front()
+    }
+}

@@ -1,0 +1,352 @@
+//! One channel's data path: a decoded datagram through its epoch, the sequencer and the
+//! payload arena to the consumers.
+//!
+//! A [`Channel`] holds everything that is the channel's own; the [`Core`] holds what the
+//! venue's channels share (the detector with one stream per channel, its output buffer,
+//! the queues the venue drains). Each step takes both, so no step has to find its channel
+//! again by index.
+
+use std::collections::VecDeque;
+
+use super::epoch::Epochs;
+use super::payload::{PacketArena, Payload, SlotId};
+use super::recovery::Requester;
+use super::snapshot::Phase;
+use super::spec::{ChannelSpec, FeedSpec};
+use super::wire::{self, Datagram, Kind};
+use crate::protocol::ProtocolError;
+use crate::publish::run::MessageRun;
+use crate::publish::{Event, StreamState as Published};
+use crate::sequencer::{Delivered, Detector, Disposition, Frame, SeqRange, StreamId};
+use crate::time::{Mono, Wall};
+use crate::venue::{
+    ChannelStats, Emit, EndpointId, IoRequest, Notices, Timer, TimerTable, Transmit, Via,
+};
+
+/// Requests queued for sending at most; more are counted as dropped.
+pub(super) const TX_QUEUE: usize = 256;
+
+/// What the venue's channels share.
+pub(super) struct Core {
+    /// One stream per channel.
+    pub(super) detector: Detector<Payload>,
+    /// What the detector released, reused for every call.
+    pub(super) out: Vec<Delivered<Payload>>,
+    /// Requests to send.
+    pub(super) tx: VecDeque<Transmit>,
+    /// Fetches to start.
+    pub(super) io: VecDeque<IoRequest>,
+    /// Notices for the log.
+    pub(super) notices: Notices,
+    /// The number of the next fetch.
+    pub(super) next_fetch: u64,
+}
+
+/// Every timer of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ChannelTimer {
+    /// Re-requests: the reorder delay after a gap, a request's timeout, the rate limit.
+    Recovery,
+    /// The running snapshot's deadline.
+    SnapshotDeadline,
+    /// A failed snapshot is tried again.
+    SnapshotRetry,
+}
+
+impl Timer for ChannelTimer {
+    const ALL: &'static [Self] = &[Self::Recovery, Self::SnapshotDeadline, Self::SnapshotRetry];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A datagram in hand: when and how it came, and its bytes as received.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrival<'a> {
+    /// The driver's clock.
+    pub(super) now: Mono,
+    /// The datagram.
+    pub(super) bytes: &'a [u8],
+    /// When it was received.
+    pub(super) recv: Wall,
+    /// On the feed, or as an answer.
+    pub(super) via: Via,
+}
+
+/// What the log has been told of a channel.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Logged {
+    /// Session changes reported.
+    pub(super) changes: u64,
+    /// Strays reported.
+    pub(super) strays: u64,
+    /// When strays were last reported.
+    pub(super) strays_at: Option<Mono>,
+}
+
+/// One channel: one multicast feed, one stream.
+pub(super) struct Channel {
+    pub(super) spec: ChannelSpec,
+    /// Its index in the venue.
+    pub(super) index: usize,
+    /// Consumer stream id.
+    pub(super) id: u16,
+    /// The detector's stream.
+    pub(super) stream: StreamId,
+    pub(super) epochs: Epochs,
+    pub(super) requester: Requester,
+    pub(super) phase: Phase,
+    /// What consumers were last told.
+    pub(super) published: Published,
+    pub(super) arena: PacketArena,
+    pub(super) stats: ChannelStats,
+    pub(super) timers: TimerTable<ChannelTimer, 3>,
+    /// The endpoint requests go out from.
+    pub(super) unicast: EndpointId,
+    pub(super) logged: Logged,
+}
+
+impl Channel {
+    /// Counts a datagram as received, then handles it.
+    #[inline]
+    pub(super) fn on_decoded(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        a: Arrival<'_>,
+        decoded: Result<Datagram<'_>, ProtocolError>,
+        emit: &mut impl Emit,
+    ) {
+        self.stats.packets += 1;
+        self.stats.bytes += a.bytes.len() as u64;
+        self.handle(core, spec, a, decoded, emit);
+    }
+
+    /// Handles a datagram already counted as received: the session's own, or one held
+    /// while its session was being confirmed.
+    pub(super) fn handle(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        a: Arrival<'_>,
+        decoded: Result<Datagram<'_>, ProtocolError>,
+        emit: &mut impl Emit,
+    ) {
+        let Ok(d) = decoded else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Some(epoch) = self.resolve_epoch(core, spec, a, d.session, d.seq, emit) else {
+            return;
+        };
+        let stream = self.stream;
+        match d.kind {
+            // The common case: a live datagram that continues a synced stream. The
+            // sequencer takes all its messages in one step and the consumers get them as
+            // one run, the datagram's blocks as they arrived.
+            Kind::Data
+                if a.via == Via::Multicast
+                    && d.count > 0
+                    && core
+                        .detector
+                        .ingest_run(stream, epoch, d.seq, u64::from(d.count)) =>
+            {
+                self.stats.messages += u64::from(d.count);
+                emit.emit_run(&MessageRun::validated(
+                    self.id,
+                    d.seq,
+                    a.recv.as_nanos(),
+                    d.lengths,
+                    d.blocks,
+                    u32::from(d.count),
+                ));
+            }
+            Kind::Heartbeat | Kind::EndOfSession => {
+                self.stats.heartbeats += 1;
+                if d.kind == Kind::EndOfSession {
+                    self.epochs.end_of_session = true;
+                }
+                core.detector.heartbeat(stream, epoch, d.seq);
+            }
+            Kind::Data => {
+                if a.via == Via::Unicast {
+                    self.stats.answers += 1;
+                    let end = d.seq.saturating_add(u64::from(d.count));
+                    if d.count > 0 {
+                        self.requester.answered(SeqRange::new(d.seq, end - 1));
+                    }
+                }
+                self.stats.messages += u64::from(d.count);
+                let mut stored: Option<SlotId> = None;
+                for (seq, msg) in d.messages() {
+                    self.message(core, spec, a, epoch, seq, msg, &mut stored, emit);
+                }
+                if let Some(slot) = stored {
+                    self.arena.release(slot);
+                }
+            }
+        }
+        self.publish_state(core, emit);
+        self.drive(core, spec, a.now, a.via == Via::Unicast, emit);
+    }
+
+    /// One message of a datagram that did not go in as a whole run.
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        a: Arrival<'_>,
+        epoch: u64,
+        seq: u64,
+        msg: &[u8],
+        stored: &mut Option<SlotId>,
+        emit: &mut impl Emit,
+    ) {
+        let stream = self.stream;
+        let offset = wire::offset_in(a.bytes, msg).unwrap_or(0) as u16;
+        let len = msg.len() as u16;
+        let payload = if core.detector.is_next(stream, epoch, seq) {
+            Payload::Current { offset, len }
+        } else {
+            let slot = match *stored {
+                Some(slot) => slot,
+                None => match self.arena.store(a.bytes, a.recv.as_nanos()) {
+                    Some(slot) => {
+                        // The datagram's own reference, dropped when all its messages are
+                        // done: until then no release (a duplicate among them, a discard)
+                        // can free the slot while later messages still go into it.
+                        self.arena.retain(slot);
+                        *stored = Some(slot);
+                        slot
+                    }
+                    None => {
+                        // No room to keep it: treat the message as lost on the wire, but
+                        // record that it exists so it is requested like any other loss.
+                        self.stats.arena_full += 1;
+                        core.detector
+                            .heartbeat(stream, epoch, seq.saturating_add(1));
+                        return;
+                    }
+                },
+            };
+            self.arena.retain(slot);
+            Payload::Stored { slot, offset, len }
+        };
+        let mut out = std::mem::take(&mut core.out);
+        let disposition = match a.via {
+            Via::Multicast => {
+                let outcome =
+                    core.detector
+                        .ingest(stream, epoch, Frame::point(seq, payload), &mut out);
+                if outcome.new_gap.is_some() {
+                    self.requester.new_gap(a.now.as_nanos(), &spec.policy);
+                }
+                outcome.disposition
+            }
+            Via::Unicast => {
+                match core
+                    .detector
+                    .backfill(stream, epoch, Frame::point(seq, payload), &mut out)
+                {
+                    Ok(r) => r.outcome.disposition,
+                    Err(_) => Disposition::DroppedResetRequired,
+                }
+            }
+        };
+        let accepted = matches!(
+            disposition,
+            Disposition::Processed | Disposition::PartialOverlap | Disposition::Buffered
+        );
+        if !accepted && let Some(slot) = payload.slot() {
+            self.arena.release(slot);
+        }
+        if accepted && a.via == Via::Unicast {
+            self.stats.recovered += 1;
+            // Recovery is making progress: the re-request budget is whole again.
+            self.requester.progress();
+        }
+        self.deliver(core, &mut out, a.bytes, a.recv, emit);
+        core.out = out;
+    }
+
+    /// Emits delivered messages (those in `datagram` received at `recv`), releasing their
+    /// slots, then releases discards.
+    pub(super) fn deliver(
+        &mut self,
+        core: &mut Core,
+        out: &mut Vec<Delivered<Payload>>,
+        datagram: &[u8],
+        recv: Wall,
+        emit: &mut impl Emit,
+    ) {
+        for d in out.drain(..) {
+            let found = match d.payload {
+                Payload::Current { offset, len } => {
+                    let (start, end) =
+                        (usize::from(offset), usize::from(offset) + usize::from(len));
+                    datagram.get(start..end).map(|b| (b, recv.as_nanos()))
+                }
+                stored @ Payload::Stored { .. } => self.arena.get(stored),
+            };
+            if let Some((payload, recv_ns)) = found {
+                emit.emit(&Event::Message {
+                    stream: self.id,
+                    seq: d.first,
+                    recv_ns,
+                    snapshot: false,
+                    payload,
+                });
+            }
+            if let Some(slot) = d.payload.slot() {
+                self.arena.release(slot);
+            }
+        }
+        self.release_discarded(core);
+    }
+
+    /// Releases the slots of what the detector threw away.
+    pub(super) fn release_discarded(&mut self, core: &mut Core) {
+        let arena = &mut self.arena;
+        core.detector.take_discarded(self.stream, |p| {
+            if let Some(slot) = p.slot() {
+                arena.release(slot);
+            }
+        });
+    }
+
+    /// Resynchronises the stream at `next` and delivers what that releases.
+    pub(super) fn resynchronize(&mut self, core: &mut Core, next: u64, emit: &mut impl Emit) {
+        let mut out = std::mem::take(&mut core.out);
+        core.detector.resynchronize(self.stream, next, &mut out);
+        self.deliver(core, &mut out, &[], Wall::UNKNOWN, emit);
+        core.out = out;
+    }
+
+    /// Emits a state event when the consumer-visible state changed.
+    pub(super) fn publish_state(&mut self, core: &Core, emit: &mut impl Emit) {
+        let state = core.detector.state(self.stream);
+        let now = if state == crate::sequencer::StreamState::Synced && self.epochs.end_of_session {
+            Published::Closed
+        } else {
+            crate::venue::udp::published(state)
+        };
+        if now != self.published {
+            self.published = now;
+            emit.emit(&Event::State {
+                stream: self.id,
+                state: now,
+            });
+        }
+    }
+
+    /// The channel's counters, with the sequencer's and the requester's.
+    pub(super) fn stats(&self, core: &Core) -> ChannelStats {
+        let mut stats = self.stats;
+        stats.sequencer = core.detector.stats(self.stream);
+        stats.requests_inflight = self.requester.inflight() as u64;
+        stats.timeouts = self.requester.timeouts;
+        stats
+    }
+}
