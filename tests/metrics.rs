@@ -1,23 +1,41 @@
 //! The exporter over HTTP on loopback: series, labels, values written by
-//! another thread, health, routing and a prompt stop.
+//! another thread, both exposition formats, health, routing, concurrency
+//! with a bound, timeouts, a prompt stop; `promtool check metrics` on a real
+//! scrape; and the dashboard's and alerts' queries against what is exported.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gapless::metrics::{Exporter, Registry, StreamSample, unix_now_ns};
+use gapless::metrics::exporter::{MAX_CONNECTIONS, READ_TIMEOUT};
+use gapless::metrics::{Exporter, Format, Registry, StreamSample, unix_now_ns};
 use gapless::publish::{Event, StreamState, channel};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0";
 
 /// Sends one request and returns the status, the head and the body.
 fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+    request_accepting(addr, method, path, None)
+}
+
+/// [`request`] with an `Accept` header.
+fn request_accepting(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> (u16, String, String) {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect");
     stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
     stream.set_write_timeout(Some(TIMEOUT)).expect("timeout");
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let accept = accept.map_or_else(String::new, |a| format!("Accept: {a}\r\n"));
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: test\r\n{accept}Connection: close\r\n\r\n");
     stream.write_all(req.as_bytes()).expect("write");
     let mut raw = String::new();
     stream.read_to_string(&mut raw).expect("read");
@@ -81,7 +99,7 @@ fn metrics_are_served_with_labels_and_live_values() {
     let deadline = Instant::now() + TIMEOUT;
     let mut seen = Vec::new();
     loop {
-        let (status, head, body) = request(addr, "GET", "/metrics");
+        let (status, head, body) = request_accepting(addr, "GET", "/metrics", Some(OPENMETRICS));
         assert_eq!(status, 200);
         assert!(head.contains("application/openmetrics-text"), "{head}");
         seen.extend(sample_value(&body, &received));
@@ -97,7 +115,8 @@ fn metrics_are_served_with_labels_and_live_values() {
     writer.join().expect("writer");
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
 
-    let (_, _, body) = request(addr, "GET", "/metrics");
+    let (_, head, body) = request_accepting(addr, "GET", "/metrics", Some(OPENMETRICS));
+    assert!(head.contains("application/openmetrics-text"), "{head}");
     let per_stream = [
         "gapless_messages_received_total",
         "gapless_bytes_received_total",
@@ -115,6 +134,12 @@ fn metrics_are_served_with_labels_and_live_values() {
         "gapless_filtered_packets_total",
         "gapless_session_changes_total",
         "gapless_unconfirmed_session_packets_total",
+        "gapless_truncated_packets_total",
+        "gapless_rerequests_dropped_total",
+        "gapless_rerequests_inflight",
+        "gapless_heartbeats_received_total",
+        "gapless_snapshots_failed_total",
+        "gapless_messages_lost_total",
         "gapless_trading_authorized",
         "gapless_reorder_buffered",
         "gapless_reorder_buffered_high_water",
@@ -185,6 +210,37 @@ fn metrics_are_served_with_labels_and_live_values() {
     assert!(body.contains("gapless_watchdog_last_alive_timestamp_seconds "));
     assert!(body.ends_with("# EOF\n"));
 
+    // Without an Accept header: the text format, with the same samples.
+    let (status, head, text) = request(addr, "GET", "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(text.contains("# TYPE gapless_messages_received_total counter\n"));
+    assert!(text.contains("# HELP gapless_messages_received_total Messages "));
+    assert!(!text.contains("# EOF"));
+    // The same series; values equal (floats may differ in the last digit:
+    // the two writers pick different shortest forms).
+    let samples = |s: &str| {
+        let mut lines: Vec<(String, f64)> = s
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            // Scraped at another moment.
+            .filter(|l| !l.starts_with("gapless_exporter_") && !l.starts_with("gapless_watchdog"))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(series, value)| (series.to_string(), value.parse().unwrap_or(f64::NAN)))
+            .collect();
+        lines.sort_by(|a, b| a.0.cmp(&b.0));
+        lines
+    };
+    let (text_samples, om_samples) = (samples(&text), samples(&body));
+    assert_eq!(text_samples.len(), om_samples.len());
+    for ((series, a), (other, b)) in text_samples.iter().zip(&om_samples) {
+        assert_eq!(series, other);
+        assert!((a - b).abs() <= a.abs() * 1e-15, "{series}: {a} and {b}");
+    }
+
     let summary = registry.handoff_latency();
     assert_eq!(summary.count, 20_000);
     assert!(summary.p50 >= 2_000 && summary.p50 <= 3_200, "{summary}");
@@ -205,7 +261,7 @@ fn consumer_overruns_are_counted() {
     let dropped = (0..10)
         .filter(|_| producer.push(&event) != gapless::publish::Pushed::Written)
         .count();
-    let text = registry.encode().expect("encode");
+    let text = registry.encode(Format::Text).expect("encode");
     let overruns = sample_value(&text, r#"gapless_consumer_overruns_total{consumer="slow"}"#);
     assert_eq!(overruns, Some(dropped as u64));
     assert!(dropped > 0);
@@ -282,4 +338,350 @@ fn garbage_requests_get_400_and_the_server_survives() {
     assert_eq!(status, 200);
     let taken = Exporter::start(addr, Arc::new(Registry::new()));
     assert!(taken.is_err());
+}
+
+/// A registry with two streams, a consumer and data in every histogram.
+fn busy_registry() -> Arc<Registry> {
+    let registry = Arc::new(Registry::new());
+    let itch = registry.add_stream("nasdaq", "itch-a");
+    let tops = registry.add_stream("iex", "tops");
+    itch.publish(&StreamSample {
+        packets_received: 10,
+        messages_received: 40,
+        messages_lost: 2,
+        truncated_packets: 1,
+        state: StreamState::Synced,
+        ..StreamSample::default()
+    });
+    tops.set_state(StreamState::Recovering);
+    for ns in [150, 2_000, 90_000, 4_000_000_000] {
+        itch.record_handoff(ns);
+        tops.record_snapshot(ns * 1000);
+        registry.rx_cycle().record(ns);
+    }
+    let (producer, _consumer) = channel(4096, 2);
+    registry.add_consumer("unix", Arc::clone(producer.stats()));
+    registry.process().mark_alive_now();
+    registry
+}
+
+fn idle_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect"))
+        .collect()
+}
+
+#[test]
+fn a_scrape_answers_behind_idle_connections() {
+    let exporter = Exporter::start(loopback(), busy_registry()).expect("start");
+    let addr = exporter.local_addr();
+    let idle = MAX_CONNECTIONS - 4;
+    let _held = idle_connections(addr, idle);
+    let started = Instant::now();
+    let (status, _, body) = request(addr, "GET", "/metrics");
+    let took = started.elapsed();
+    println!("scrape behind {idle} idle connections: {took:?}");
+    assert_eq!(status, 200);
+    assert!(body.contains("gapless_messages_received_total{"));
+    // Well under the read timeout that each idle connection may hold a
+    // thread for: the scrape did not wait behind any of them.
+    assert!(took < READ_TIMEOUT / 2, "{took:?}");
+}
+
+#[test]
+fn connections_beyond_the_bound_are_refused_and_counted() {
+    let registry = busy_registry();
+    let exporter = Exporter::start(loopback(), Arc::clone(&registry)).expect("start");
+    let addr = exporter.local_addr();
+    // Accepted in order: by the time the next one is, these hold every slot
+    // (for up to the read timeout each).
+    let held = idle_connections(addr, MAX_CONNECTIONS);
+    let started = Instant::now();
+    let (status, head, _) = request(addr, "GET", "/metrics");
+    assert_eq!(status, 503, "{head}");
+    assert!(head.contains("Retry-After: 1"), "{head}");
+    assert!(started.elapsed() < READ_TIMEOUT / 2);
+    assert_eq!(exporter.stats().refused(), 1);
+
+    // Idle peers that hang up free their slots; a scrape gets through
+    // again and reports the refusal.
+    drop(held);
+    let deadline = Instant::now() + TIMEOUT;
+    let body = loop {
+        let (status, _, body) = request(addr, "GET", "/metrics");
+        if status == 200 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "still refused");
+        thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        sample_value(&body, "gapless_exporter_connections_refused_total"),
+        Some(exporter.stats().refused())
+    );
+}
+
+#[test]
+fn an_idle_connection_is_closed_after_the_read_timeout() {
+    let registry = busy_registry();
+    let exporter = Exporter::start(loopback(), Arc::clone(&registry)).expect("start");
+    let addr = exporter.local_addr();
+    let mut idle = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect");
+    idle.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    // The server closes it without an answer; the read ends there.
+    let _ = idle.read_to_end(&mut reply);
+    let waited = started.elapsed();
+    assert!(reply.is_empty(), "{}", String::from_utf8_lossy(&reply));
+    assert!(
+        waited >= READ_TIMEOUT.mul_f32(0.9) && waited < READ_TIMEOUT * 3,
+        "{waited:?}"
+    );
+    let deadline = Instant::now() + TIMEOUT;
+    while exporter.stats().failed() < 1 {
+        assert!(Instant::now() < deadline, "the timeout was not counted");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (_, _, body) = request(addr, "GET", "/metrics");
+    assert_eq!(
+        sample_value(&body, "gapless_exporter_connections_failed_total"),
+        Some(1)
+    );
+}
+
+fn promtool() -> Option<&'static str> {
+    let found = Command::new("promtool")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        println!("skipped: promtool not found (.ci/install-deps installs Debian's prometheus)");
+    }
+    found.then_some("promtool")
+}
+
+/// Runs `promtool args..` with `input` on stdin; its exit code and output.
+fn run_promtool(tool: &str, args: &[&str], input: &str) -> (Option<i32>, String) {
+    let mut child = Command::new(tool)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("stdin");
+    drop(stdin);
+    let output = child.wait_with_output().expect("promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), text)
+}
+
+#[test]
+fn promtool_accepts_a_real_scrape() {
+    let Some(promtool) = promtool() else {
+        return;
+    };
+    let exporter = Exporter::start(loopback(), busy_registry()).expect("start");
+    // What curl sends, and what promtool's own docs pipe into it.
+    let (status, head, body) =
+        request_accepting(exporter.local_addr(), "GET", "/metrics", Some("*/*"));
+    assert_eq!(status, 200);
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(body.contains(r#"gapless_consumer_overruns_total{consumer="unix"} 0"#));
+    assert!(body.contains(r#"gapless_truncated_packets_total{venue="nasdaq",stream="itch-a"} 1"#));
+    let (code, output) = run_promtool(promtool, &["check", "metrics"], &body);
+    assert_eq!(code, Some(0), "promtool check metrics:\n{output}");
+
+    // The check is real: the OpenMetrics form fails it (counter families
+    // named without `_total`).
+    let (_, _, om) = request_accepting(exporter.local_addr(), "GET", "/metrics", Some(OPENMETRICS));
+    let (code, output) = run_promtool(promtool, &["check", "metrics"], &om);
+    assert_ne!(code, Some(0), "{output}");
+}
+
+#[test]
+fn promtool_passes_the_alert_rules_and_their_tests() {
+    let Some(promtool) = promtool() else {
+        return;
+    };
+    let (code, output) = run_promtool(
+        promtool,
+        &["check", "rules", "deploy/prometheus/gapless-alerts.yml"],
+        "",
+    );
+    assert_eq!(code, Some(0), "promtool check rules:\n{output}");
+    let (code, output) = run_promtool(
+        promtool,
+        &["test", "rules", "deploy/prometheus/gapless-alerts.test.yml"],
+        "",
+    );
+    assert_eq!(code, Some(0), "promtool test rules:\n{output}");
+}
+
+/// Every `gapless_...` name in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("gapless_") {
+        let preceded = rest[..at].chars().next_back();
+        let tail = &rest[at..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if !preceded.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            names.push(tail[..len].to_string());
+        }
+        rest = &tail[len..];
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Sample names the exporter serves (`x_bucket`, `x_sum` and `x_count` for
+/// histograms).
+fn exported_names() -> Vec<String> {
+    let text = busy_registry().encode(Format::Text).expect("encode");
+    let mut names: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(String::from)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn dashboard_and_alerts_name_only_exported_series() {
+    let exported = exported_names();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "deploy/grafana/gapless-dashboard.json",
+        "deploy/prometheus/gapless-alerts.yml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).expect(file);
+        let names = metric_names(&text);
+        assert!(names.len() >= 5, "{file}: {names:?}");
+        for name in names {
+            assert!(
+                exported.binary_search(&name).is_ok(),
+                "{file} names {name}, which is not exported; exported: {exported:?}"
+            );
+        }
+    }
+}
+
+/// Every string value under an `expr` or `query` key.
+fn queries(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match v {
+                    serde_json::Value::String(s) if key == "expr" || key == "query" => {
+                        out.push(s.clone());
+                    }
+                    _ => queries(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| queries(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_dashboard_query_selects_the_instance() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/gapless-dashboard.json");
+    let text = std::fs::read_to_string(path).expect("dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("template variables");
+    let instance = variables
+        .iter()
+        .find(|v| v["name"] == "instance")
+        .expect("an instance variable");
+    assert_eq!(instance["type"], "query");
+    let mut all = Vec::new();
+    queries(&dashboard, &mut all);
+    let with_series: Vec<&String> = all.iter().filter(|q| q.contains("gapless_")).collect();
+    assert!(with_series.len() >= 19, "{with_series:?}");
+    for query in with_series {
+        // Every selector of a gapless series names the instance, except the
+        // one that lists the instances.
+        let mut rest = query.as_str();
+        while let Some(at) = rest.find("gapless_") {
+            let tail = &rest[at..];
+            let name_len = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            let after = &tail[name_len..];
+            let selector = after
+                .strip_prefix('{')
+                .and_then(|s| s.split_once('}'))
+                .map(|(inside, _)| inside);
+            let lists_instances =
+                query.starts_with("label_values(") && query.trim_end().ends_with(", instance)");
+            if !lists_instances {
+                assert!(
+                    selector.is_some_and(|s| s.contains(r#"instance=~"$instance""#)),
+                    "a selector without the instance in: {query}"
+                );
+            }
+            rest = after;
+        }
+    }
+}
+
+#[test]
+fn promtool_parses_every_dashboard_query() {
+    let Some(promtool) = promtool() else {
+        return;
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/gapless-dashboard.json");
+    let text = std::fs::read_to_string(path).expect("dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let mut all = Vec::new();
+    queries(&dashboard, &mut all);
+    // Panel queries as recording rules, with the template variables filled in as Grafana
+    // would: promtool parses each one.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let mut count = 0;
+    for query in all
+        .iter()
+        .filter(|q| !q.starts_with("label_values(") && q.contains("gapless_"))
+    {
+        let expr = query
+            .replace("$instance", "h1:9464")
+            .replace("$venue", ".*");
+        count += 1;
+        rules.push_str(&format!(
+            "      - record: dashboard:query_{count}\n        expr: {}\n",
+            serde_json::Value::String(expr)
+        ));
+    }
+    assert!(count >= 19, "{count}");
+    let dir = std::env::temp_dir().join(format!("gapless-dashboard-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("dashboard-rules.yml");
+    std::fs::write(&file, &rules).expect("write rules");
+    let file_arg = file.to_string_lossy().into_owned();
+    let (code, output) = run_promtool(promtool, &["check", "rules", &file_arg], "");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        code,
+        Some(0),
+        "promtool check rules on the dashboard's queries:\n{output}\n{rules}"
+    );
 }

@@ -8,8 +8,13 @@
 //! one published, not a consistent cut across values, which is what a
 //! scrape needs.
 //!
-//! The series a [`StreamSample`] feeds are listed once, in [`SERIES`], with
-//! their exported names, help text and kinds; the exporter walks that table.
+//! Every per-stream value is one entry of the table in this file, which
+//! names at once the [`Series`] variant, the [`StreamSample`] field, the
+//! kind, the exported name, the help text and where the value comes from in
+//! [`ChannelStats`]. Everything else (the sample's fields, its conversion
+//! from [`ChannelStats`], the atomics of [`StreamMetrics`], the exporter's
+//! walk) is generated from or driven by that table, so a new value is one
+//! entry and no two lists can fall out of step.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,223 +27,226 @@ use crate::metrics::histogram::AtomicHistogram;
 /// Whether a series only goes up or may go both ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeriesKind {
-    /// Monotonic; exported with a `_total` suffix.
+    /// Monotonic; its exported name ends in `_total`.
     Counter,
     /// A value that may go down.
     Gauge,
 }
 
-/// The exported form of one per-stream value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeriesSpec {
-    /// Metric family name, without the `_total` suffix that the encoder
-    /// appends to counter samples.
-    pub name: &'static str,
-    /// Help text.
-    pub help: &'static str,
-    /// Counter or gauge.
-    pub kind: SeriesKind,
-}
+/// Builds [`Series`], [`StreamSample`] and the conversion from
+/// [`ChannelStats`] out of one entry a series:
+///
+/// `Variant field: Kind "exported_name" "Help text." = |stats| value;`
+macro_rules! stream_series {
+    ($(
+        $variant:ident $field:ident : $kind:ident $name:literal
+            $help:literal = $from:expr;
+    )*) => {
+        /// Every per-stream value the exporter serves, one variant a series.
+        ///
+        /// The variant's doc is the series' help text.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Series {
+            $(
+                #[doc = $help]
+                $variant,
+            )*
+        }
 
-/// Builds [`SERIES`] from one line a series: kind, name, help.
-macro_rules! series {
-    ($($kind:ident $name:literal $help:literal;)*) => {
-        [$(SeriesSpec { name: $name, help: $help, kind: SeriesKind::$kind }),*]
+        impl Series {
+            /// Every series, in the order they are exported.
+            pub const ALL: [Self; [$($name),*].len()] = [$(Self::$variant),*];
+
+            /// Number of series.
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The exported sample name (counters end in `_total`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+
+            /// The help text.
+            pub const fn help(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $help,)*
+                }
+            }
+
+            /// Counter or gauge.
+            pub const fn kind(self) -> SeriesKind {
+                match self {
+                    $(Self::$variant => SeriesKind::$kind,)*
+                }
+            }
+        }
+
+        /// The values of one stream at one moment, filled by the rx thread.
+        ///
+        /// [`StreamSample::from`] a [`ChannelStats`] fills every field the
+        /// session keeps; the rx loop adds what only it knows:
+        ///
+        /// ```
+        /// use gapless::publish::StreamState;
+        /// use gapless::venue::ChannelStats;
+        /// use gapless::metrics::{Series, StreamSample};
+        ///
+        /// let stats = ChannelStats { packets: 10, messages: 40, ..ChannelStats::default() };
+        /// let sample = StreamSample {
+        ///     filtered_packets: 2,
+        ///     truncated_packets: 1,
+        ///     state: StreamState::Synced,
+        ///     ..StreamSample::from(&stats)
+        /// };
+        /// assert_eq!(sample.messages_received, 40);
+        /// assert_eq!(sample.get(Series::FilteredPackets), 2);
+        /// ```
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct StreamSample {
+            $(
+                #[doc = $help]
+                pub $field: u64,
+            )*
+            /// The stream's state as consumers see it.
+            pub state: StreamState,
+        }
+
+        impl StreamSample {
+            /// The value of `series`.
+            pub const fn get(&self, series: Series) -> u64 {
+                match series {
+                    $(Series::$variant => self.$field,)*
+                }
+            }
+
+            /// Sets the value of `series`.
+            pub const fn set(&mut self, series: Series, value: u64) {
+                match series {
+                    $(Series::$variant => self.$field = value,)*
+                }
+            }
+        }
+
+        impl Default for StreamSample {
+            fn default() -> Self {
+                Self {
+                    $($field: 0,)*
+                    state: StreamState::Unseen,
+                }
+            }
+        }
+
+        impl From<&ChannelStats> for StreamSample {
+            fn from(stats: &ChannelStats) -> Self {
+                Self {
+                    $($field: {
+                        let read: fn(&ChannelStats) -> u64 = $from;
+                        read(stats)
+                    },)*
+                    state: StreamState::Unseen,
+                }
+            }
+        }
     };
 }
 
-/// Number of per-stream values in a [`StreamSample`] (the state aside).
-pub const SERIES_COUNT: usize = 21;
-
-/// Every per-stream value, in the order of [`StreamSample::values`].
-pub const SERIES: [SeriesSpec; SERIES_COUNT] = series! {
-    Counter "gapless_packets_received" "Datagrams received, multicast and unicast.";
-    Counter "gapless_messages_received" "Messages carried by data datagrams, before deduplication.";
-    Counter "gapless_bytes_received" "Bytes received.";
-    Counter "gapless_frames_delivered" "Frames delivered to consumers in order.";
-    Counter "gapless_gaps_detected" "Gaps detected (each new missing range counts once).";
-    Gauge "gapless_messages_missing" "Sequences missing now: not delivered, not buffered.";
-    Counter "gapless_rerequests_sent" "Re-requests sent for missing sequences.";
-    Counter "gapless_rerequests_answered" "Unicast answers to re-requests received.";
-    Counter "gapless_rerequests_timed_out" "Re-requests that timed out.";
-    Counter "gapless_messages_recovered" "Messages accepted from re-request answers.";
-    Counter "gapless_snapshot_resyncs" "Resyncs of the stream from a snapshot.";
-    Counter "gapless_duplicates" "Duplicate frames dropped.";
-    Counter "gapless_stale" "Frames and datagrams from an older epoch dropped.";
-    Counter "gapless_malformed_packets" "Datagrams that failed to decode.";
-    Counter "gapless_filtered_packets" "Datagrams dropped by the source filter.";
-    Gauge "gapless_reorder_buffered" "Frames held in the reorder buffer now.";
-    Gauge "gapless_reorder_buffered_high_water" "Most frames ever held in the reorder buffer at once.";
-    Counter "gapless_messages_lost" "Messages in gaps declared lost.";
-    Counter "gapless_reorder_overflows" "Frames dropped because the reorder buffer was full.";
-    Counter "gapless_session_changes" "Session changes adopted, each a new epoch (the stream resyncs).";
-    Counter "gapless_unconfirmed_session_packets" "Datagrams of another session that was never adopted: strays on the group.";
-};
-
-/// The values of one stream at one moment, filled by the rx thread.
-///
-/// [`StreamSample::from`] a [`ChannelStats`] fills every field the session
-/// keeps; the rx loop adds what only it knows:
-///
-/// ```
-/// use gapless::publish::StreamState;
-/// use gapless::venue::ChannelStats;
-/// use gapless::metrics::StreamSample;
-///
-/// let stats = ChannelStats { packets: 10, messages: 40, ..ChannelStats::default() };
-/// let sample = StreamSample {
-///     filtered_packets: 2,
-///     state: StreamState::Synced,
-///     ..StreamSample::from(&stats)
-/// };
-/// assert_eq!(sample.messages_received, 40);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamSample {
-    /// Datagrams received.
-    pub packets_received: u64,
-    /// Messages received, before deduplication.
-    pub messages_received: u64,
-    /// Bytes received.
-    pub bytes_received: u64,
-    /// Frames delivered.
-    pub frames_delivered: u64,
-    /// Gaps detected.
-    pub gaps_detected: u64,
-    /// Sequences missing now.
-    pub messages_missing: u64,
-    /// Re-requests sent.
-    pub rerequests_sent: u64,
-    /// Re-request answers received.
-    pub rerequests_answered: u64,
-    /// Re-requests timed out.
-    pub rerequests_timed_out: u64,
-    /// Messages recovered by re-requests.
-    pub messages_recovered: u64,
-    /// Resyncs from a snapshot.
-    pub snapshot_resyncs: u64,
-    /// Duplicates dropped.
-    pub duplicates: u64,
-    /// Stale frames and datagrams dropped.
-    pub stale: u64,
-    /// Malformed datagrams.
-    pub malformed_packets: u64,
-    /// Datagrams dropped by the source filter (kept by the rx loop).
-    pub filtered_packets: u64,
-    /// Frames in the reorder buffer now.
-    pub reorder_buffered: u64,
-    /// Most frames ever in the reorder buffer.
-    pub reorder_buffered_high_water: u64,
-    /// Messages in gaps declared lost.
-    pub messages_lost: u64,
-    /// Frames dropped on a full reorder buffer.
-    pub reorder_overflows: u64,
-    /// Session changes adopted.
-    pub session_changes: u64,
-    /// Datagrams of another session that was never adopted.
-    pub unconfirmed_session_packets: u64,
-    /// The stream's state as consumers see it.
-    pub state: StreamState,
-}
-
-impl Default for StreamSample {
-    fn default() -> Self {
-        Self::from_values([0; SERIES_COUNT], StreamState::Unseen)
-    }
-}
-
-impl From<&ChannelStats> for StreamSample {
-    fn from(stats: &ChannelStats) -> Self {
-        let seq = &stats.sequencer;
-        Self {
-            packets_received: stats.packets,
-            messages_received: stats.messages,
-            bytes_received: stats.bytes,
-            frames_delivered: seq.delivered,
-            gaps_detected: seq.gaps,
-            messages_missing: seq.missing,
-            rerequests_sent: stats.requests,
-            rerequests_answered: stats.answers,
-            rerequests_timed_out: stats.timeouts,
-            messages_recovered: stats.recovered,
-            snapshot_resyncs: seq.resyncs,
-            duplicates: seq.duplicates,
-            stale: seq.stale.saturating_add(stats.stale_session),
-            malformed_packets: stats.malformed,
-            filtered_packets: 0,
-            reorder_buffered: as_u64(seq.buffered),
-            reorder_buffered_high_water: as_u64(seq.buffered_hwm),
-            messages_lost: stats.messages_lost,
-            reorder_overflows: seq.overflows,
-            session_changes: stats.new_sessions,
-            unconfirmed_session_packets: stats.unconfirmed_session,
-            state: StreamState::Unseen,
-        }
-    }
-}
-
-impl StreamSample {
-    /// The values in the order of [`SERIES`].
-    pub const fn values(&self) -> [u64; SERIES_COUNT] {
-        [
-            self.packets_received,
-            self.messages_received,
-            self.bytes_received,
-            self.frames_delivered,
-            self.gaps_detected,
-            self.messages_missing,
-            self.rerequests_sent,
-            self.rerequests_answered,
-            self.rerequests_timed_out,
-            self.messages_recovered,
-            self.snapshot_resyncs,
-            self.duplicates,
-            self.stale,
-            self.malformed_packets,
-            self.filtered_packets,
-            self.reorder_buffered,
-            self.reorder_buffered_high_water,
-            self.messages_lost,
-            self.reorder_overflows,
-            self.session_changes,
-            self.unconfirmed_session_packets,
-        ]
-    }
-
-    /// A sample from values in the order of [`SERIES`].
-    pub const fn from_values(v: [u64; SERIES_COUNT], state: StreamState) -> Self {
-        Self {
-            packets_received: v[0],
-            messages_received: v[1],
-            bytes_received: v[2],
-            frames_delivered: v[3],
-            gaps_detected: v[4],
-            messages_missing: v[5],
-            rerequests_sent: v[6],
-            rerequests_answered: v[7],
-            rerequests_timed_out: v[8],
-            messages_recovered: v[9],
-            snapshot_resyncs: v[10],
-            duplicates: v[11],
-            stale: v[12],
-            malformed_packets: v[13],
-            filtered_packets: v[14],
-            reorder_buffered: v[15],
-            reorder_buffered_high_water: v[16],
-            messages_lost: v[17],
-            reorder_overflows: v[18],
-            session_changes: v[19],
-            unconfirmed_session_packets: v[20],
-            state,
-        }
-    }
+// The table. Counters end in `_total`; `|_| 0` marks a value only the rx
+// loop knows (it sets the field after `StreamSample::from`).
+//
+// Not exported on purpose: `ChannelStats::stale_session` and the
+// sequencer's `stale` are summed into `gapless_stale_total`;
+// `snapshots_done` equals the sequencer's `resyncs`
+// (`gapless_snapshot_resyncs_total`: every completed snapshot resyncs the
+// stream); the sequencer's `recovered` counts the same frames as the
+// session's `recovered`; the sequencer's `resets` count the session
+// changes (`gapless_session_changes_total`).
+stream_series! {
+    PacketsReceived packets_received: Counter "gapless_packets_received_total"
+        "Datagrams received, multicast and unicast." = |s| s.packets;
+    MessagesReceived messages_received: Counter "gapless_messages_received_total"
+        "Messages carried by data datagrams, before deduplication." = |s| s.messages;
+    BytesReceived bytes_received: Counter "gapless_bytes_received_total"
+        "Bytes received." = |s| s.bytes;
+    HeartbeatsReceived heartbeats_received: Counter "gapless_heartbeats_received_total"
+        "Heartbeat and end-of-session datagrams received." = |s| s.heartbeats;
+    FramesDelivered frames_delivered: Counter "gapless_frames_delivered_total"
+        "Frames delivered to consumers in order." = |s| s.sequencer.delivered;
+    GapsDetected gaps_detected: Counter "gapless_gaps_detected_total"
+        "Gaps detected (each new missing range counts once)." = |s| s.sequencer.gaps;
+    MessagesMissing messages_missing: Gauge "gapless_messages_missing"
+        "Sequences missing now: not delivered, not buffered." = |s| s.sequencer.missing;
+    RerequestsSent rerequests_sent: Counter "gapless_rerequests_sent_total"
+        "Re-requests sent for missing sequences." = |s| s.requests;
+    RerequestsDropped rerequests_dropped: Counter "gapless_rerequests_dropped_total"
+        "Re-requests not sent because the transmit queue was full." = |s| s.requests_dropped;
+    RerequestsSendFailed rerequests_send_failed: Counter "gapless_rerequests_send_failed_total"
+        "Re-requests the socket failed to send." = |_| 0;
+    RerequestsInflight rerequests_inflight: Gauge "gapless_rerequests_inflight"
+        "Re-requests sent and not yet answered or timed out." = |s| s.requests_inflight;
+    RerequestsAnswered rerequests_answered: Counter "gapless_rerequests_answered_total"
+        "Unicast answers to re-requests received." = |s| s.answers;
+    RerequestsTimedOut rerequests_timed_out: Counter "gapless_rerequests_timed_out_total"
+        "Re-requests that timed out." = |s| s.timeouts;
+    MessagesRecovered messages_recovered: Counter "gapless_messages_recovered_total"
+        "Messages accepted from re-request answers." = |s| s.recovered;
+    SnapshotsStarted snapshots_started: Counter "gapless_snapshots_started_total"
+        "Snapshots requested." = |s| s.snapshots_started;
+    SnapshotsFailed snapshots_failed: Counter "gapless_snapshots_failed_total"
+        "Snapshots that failed or timed out." = |s| s.snapshots_failed;
+    SnapshotMessages snapshot_messages: Counter "gapless_snapshot_messages_total"
+        "Snapshot messages passed to consumers." = |s| s.snapshot_messages;
+    SnapshotResyncs snapshot_resyncs: Counter "gapless_snapshot_resyncs_total"
+        "Resyncs of the stream from a snapshot." = |s| s.sequencer.resyncs;
+    Duplicates duplicates: Counter "gapless_duplicates_total"
+        "Duplicate frames dropped." = |s| s.sequencer.duplicates;
+    Stale stale: Counter "gapless_stale_total"
+        "Frames and datagrams from an older epoch dropped."
+        = |s| s.sequencer.stale.saturating_add(s.stale_session);
+    MalformedPackets malformed_packets: Counter "gapless_malformed_packets_total"
+        "Datagrams that failed to decode." = |s| s.malformed;
+    FilteredPackets filtered_packets: Counter "gapless_filtered_packets_total"
+        "Datagrams dropped by the source filter." = |_| 0;
+    TruncatedPackets truncated_packets: Counter "gapless_truncated_packets_total"
+        "Datagrams cut short by the receive buffer and dropped." = |_| 0;
+    InvalidFrames invalid_frames: Counter "gapless_invalid_frames_total"
+        "Frames whose sequence numbers contradicted themselves, dropped."
+        = |s| s.sequencer.invalid;
+    ReorderBuffered reorder_buffered: Gauge "gapless_reorder_buffered"
+        "Frames held in the reorder buffer now." = |s| as_u64(s.sequencer.buffered);
+    ReorderBufferedHighWater reorder_buffered_high_water: Gauge
+        "gapless_reorder_buffered_high_water"
+        "Most frames ever held in the reorder buffer at once."
+        = |s| as_u64(s.sequencer.buffered_hwm);
+    ReorderOverflows reorder_overflows: Counter "gapless_reorder_overflows_total"
+        "Frames dropped because the reorder buffer was full." = |s| s.sequencer.overflows;
+    ArenaFull arena_full: Counter "gapless_reorder_arena_full_total"
+        "Messages not kept for reordering because no datagram slot was free."
+        = |s| s.arena_full;
+    GapsLost gaps_lost: Counter "gapless_gaps_lost_total"
+        "Gaps declared lost and skipped." = |s| s.gaps_lost;
+    MessagesLost messages_lost: Counter "gapless_messages_lost_total"
+        "Messages in gaps declared lost." = |s| s.messages_lost;
+    ResetsSuspected resets_suspected: Counter "gapless_resets_suspected_total"
+        "Backward sequence jumps large enough to suggest a publisher restart."
+        = |s| s.sequencer.reset_suspected;
+    DroppedResetRequired dropped_reset_required: Counter
+        "gapless_dropped_reset_required_total"
+        "Frames dropped while the stream waited for a resync." = |s| s.sequencer.dropped_reset_required;
+    SessionChanges session_changes: Counter "gapless_session_changes_total"
+        "Session changes adopted, each a new epoch (the stream resyncs)." = |s| s.new_sessions;
+    UnconfirmedSessionPackets unconfirmed_session_packets: Counter
+        "gapless_unconfirmed_session_packets_total"
+        "Datagrams of another session that was never adopted: strays on the group."
+        = |s| s.unconfirmed_session;
 }
 
 /// The metrics of one stream, shared (`Arc`) by the rx thread, which
 /// writes them, and the exporter, which reads them.
 #[derive(Debug)]
 pub struct StreamMetrics {
-    values: [AtomicU64; SERIES_COUNT],
+    /// One slot a series, in the order of [`Series::ALL`].
+    values: [AtomicU64; Series::COUNT],
     state: AtomicU8,
     handoff: AtomicHistogram,
     snapshot: AtomicHistogram,
@@ -264,8 +272,8 @@ impl StreamMetrics {
     /// Stores every value of `sample`: plain `Relaxed` stores, no locking,
     /// no read-modify-write.
     pub fn publish(&self, sample: &StreamSample) {
-        for (slot, value) in self.values.iter().zip(sample.values()) {
-            slot.store(value, Ordering::Relaxed);
+        for (slot, series) in self.values.iter().zip(Series::ALL) {
+            slot.store(sample.get(series), Ordering::Relaxed);
         }
         self.state.store(sample.state as u8, Ordering::Relaxed);
     }
@@ -293,12 +301,14 @@ impl StreamMetrics {
 
     /// The latest published values.
     pub fn read(&self) -> StreamSample {
-        let values = std::array::from_fn(|i| {
-            self.values
-                .get(i)
-                .map_or(0, |slot| slot.load(Ordering::Relaxed))
-        });
-        StreamSample::from_values(values, self.state())
+        let mut sample = StreamSample {
+            state: self.state(),
+            ..StreamSample::default()
+        };
+        for (slot, series) in self.values.iter().zip(Series::ALL) {
+            sample.set(series, slot.load(Ordering::Relaxed));
+        }
+        sample
     }
 
     /// The latest published state.
@@ -376,23 +386,129 @@ fn as_u64(n: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sequencer::StreamStats;
+
+    /// A sample whose every series holds a different value.
+    fn distinct() -> StreamSample {
+        let mut sample = StreamSample {
+            state: StreamState::Recovering,
+            ..StreamSample::default()
+        };
+        for (i, series) in Series::ALL.into_iter().enumerate() {
+            sample.set(series, i as u64 * 3 + 1);
+        }
+        sample
+    }
 
     #[test]
-    fn values_round_trip_in_series_order() {
-        let values: [u64; SERIES_COUNT] = std::array::from_fn(|i| i as u64 * 3 + 1);
-        let sample = StreamSample::from_values(values, StreamState::Recovering);
-        assert_eq!(sample.values(), values);
+    fn every_series_has_a_field_of_its_own() {
+        let sample = distinct();
+        for (i, series) in Series::ALL.into_iter().enumerate() {
+            assert_eq!(sample.get(series), i as u64 * 3 + 1, "{series:?}");
+        }
         let metrics = StreamMetrics::new();
         metrics.publish(&sample);
         assert_eq!(metrics.read(), sample);
     }
 
     #[test]
-    fn series_names_are_unique_and_prefixed() {
-        for (i, a) in SERIES.iter().enumerate() {
-            assert!(a.name.starts_with("gapless_"));
-            assert!(!a.name.ends_with("_total"));
-            assert!(SERIES.iter().skip(i + 1).all(|b| b.name != a.name));
+    fn series_names_are_unique_prefixed_and_suffixed_by_kind() {
+        for (i, a) in Series::ALL.iter().enumerate() {
+            assert!(a.name().starts_with("gapless_"), "{a:?}");
+            let total = a.name().ends_with("_total");
+            assert_eq!(total, a.kind() == SeriesKind::Counter, "{a:?}");
+            assert!(a.help().ends_with('.') && !a.help().contains('\n'), "{a:?}");
+            assert!(Series::ALL.iter().skip(i + 1).all(|b| b.name() != a.name()));
         }
+    }
+
+    #[test]
+    fn channel_stats_land_in_their_own_series() {
+        let stats = ChannelStats {
+            packets: 1,
+            bytes: 2,
+            messages: 3,
+            heartbeats: 4,
+            malformed: 5,
+            stale_session: 6,
+            unconfirmed_session: 7,
+            new_sessions: 8,
+            requests: 9,
+            requests_dropped: 10,
+            requests_inflight: 11,
+            timeouts: 12,
+            answers: 13,
+            recovered: 14,
+            snapshots_started: 15,
+            snapshots_done: 16,
+            snapshots_failed: 17,
+            snapshot_messages: 18,
+            gaps_lost: 19,
+            messages_lost: 20,
+            arena_full: 21,
+            sequencer: StreamStats {
+                delivered: 101,
+                gaps: 102,
+                missing: 103,
+                buffered: 104,
+                buffered_hwm: 105,
+                duplicates: 106,
+                stale: 107,
+                resets: 108,
+                reset_suspected: 109,
+                overflows: 110,
+                resyncs: 111,
+                recovered: 112,
+                invalid: 113,
+                dropped_reset_required: 114,
+            },
+        };
+        let sample = StreamSample::from(&stats);
+        let expected = [
+            (Series::PacketsReceived, 1),
+            (Series::BytesReceived, 2),
+            (Series::MessagesReceived, 3),
+            (Series::HeartbeatsReceived, 4),
+            (Series::MalformedPackets, 5),
+            (Series::Stale, 6 + 107),
+            (Series::UnconfirmedSessionPackets, 7),
+            (Series::SessionChanges, 8),
+            (Series::RerequestsSent, 9),
+            (Series::RerequestsDropped, 10),
+            (Series::RerequestsInflight, 11),
+            (Series::RerequestsTimedOut, 12),
+            (Series::RerequestsAnswered, 13),
+            (Series::MessagesRecovered, 14),
+            (Series::SnapshotsStarted, 15),
+            (Series::SnapshotsFailed, 17),
+            (Series::SnapshotMessages, 18),
+            (Series::GapsLost, 19),
+            (Series::MessagesLost, 20),
+            (Series::ArenaFull, 21),
+            (Series::FramesDelivered, 101),
+            (Series::GapsDetected, 102),
+            (Series::MessagesMissing, 103),
+            (Series::ReorderBuffered, 104),
+            (Series::ReorderBufferedHighWater, 105),
+            (Series::Duplicates, 106),
+            (Series::ResetsSuspected, 109),
+            (Series::ReorderOverflows, 110),
+            (Series::SnapshotResyncs, 111),
+            (Series::InvalidFrames, 113),
+            (Series::DroppedResetRequired, 114),
+            // Only the rx loop knows these.
+            (Series::FilteredPackets, 0),
+            (Series::TruncatedPackets, 0),
+            (Series::RerequestsSendFailed, 0),
+        ];
+        for series in Series::ALL {
+            let want = expected.iter().find(|(s, _)| *s == series);
+            assert_eq!(
+                Some(sample.get(series)),
+                want.map(|(_, v)| *v),
+                "{series:?} (a series without an expectation here is a new one)"
+            );
+        }
+        assert_eq!(expected.len(), Series::COUNT);
     }
 }

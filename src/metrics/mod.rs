@@ -1,5 +1,6 @@
 //! Metrics: plain atomics written by the rx thread, read and exported in
-//! the Prometheus (OpenMetrics) text format by a thread of their own.
+//! the Prometheus text format (or OpenMetrics, when asked) by a thread of
+//! their own.
 //!
 //! The rx thread must never be slowed by metrics, so it only ever stores
 //! into atomics it was handed at start-up:
@@ -11,17 +12,18 @@
 //! - the rx cycle time histogram and the watchdog timestamp of the
 //!   [`Registry`].
 //!
-//! Nothing is computed until a scrape: the [`Exporter`]'s thread walks the
-//! [`Registry`] with [`MetricsCollector`], a `prometheus-client`
-//! [`Collector`], and turns the atomics into series named in base units,
-//! counters ending in `_total`, every per-stream series labelled `venue` and
-//! `stream`, every per-consumer one labelled `consumer`.
+//! Nothing is computed until a scrape: the [`Exporter`]'s connection
+//! threads walk the [`Registry`] and turn the atomics into series named in
+//! base units, counters ending in `_total`, every per-stream series
+//! labelled `venue` and `stream`, every per-consumer one labelled
+//! `consumer`, written in the [`Format`] the scraper asked for. The same
+//! walk is offered to `prometheus-client` users as [`MetricsCollector`].
 //!
 //! ```
 //! use std::sync::Arc;
 //!
 //! use gapless::publish::StreamState;
-//! use gapless::metrics::{Registry, StreamSample};
+//! use gapless::metrics::{Format, Registry, StreamSample};
 //!
 //! let registry = Arc::new(Registry::new());
 //! let itch = registry.add_stream("nasdaq", "itch-a");
@@ -30,7 +32,7 @@
 //! itch.record_handoff(1_500);
 //! registry.process().mark_alive_now();
 //!
-//! let text = registry.encode()?;
+//! let text = registry.encode(Format::Text)?;
 //! assert!(text.contains(r#"gapless_messages_received_total{venue="nasdaq",stream="itch-a"} 3"#));
 //! assert!(text.contains(r#"gapless_trading_authorized{venue="nasdaq",stream="itch-a"} 1"#));
 //! # Ok::<(), std::fmt::Error>(())
@@ -38,6 +40,7 @@
 
 pub mod counters;
 pub mod exporter;
+pub mod exposition;
 pub mod histogram;
 
 use std::fmt;
@@ -45,13 +48,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::publish::{QueueStats, StreamState};
+use exposition::{Families, Family, Kind, Value};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::encoding::DescriptorEncoder;
 
-pub use counters::{ProcessMetrics, SERIES, SeriesKind, StreamMetrics, StreamSample, unix_now_ns};
-pub use exporter::{Exporter, ExporterError, ExporterHandle};
+pub use counters::{ProcessMetrics, Series, SeriesKind, StreamMetrics, StreamSample, unix_now_ns};
+pub use exporter::{Exporter, ExporterError, ExporterHandle, ExporterStats};
+pub use exposition::Format;
 pub use histogram::{AtomicHistogram, HistogramSnapshot, LatencySummary};
 
 /// How long the rx loop may go without marking itself alive before
@@ -60,13 +63,14 @@ pub const DEFAULT_ALIVE_THRESHOLD: Duration = Duration::from_secs(5);
 
 /// Exported bucket bounds of latency histograms: 2^7 ns (128 ns) to 2^30 ns
 /// (about 1.07 s).
-const LATENCY_POWS: (u32, u32) = (7, 30);
+pub(crate) const LATENCY_POWS: (u32, u32) = (7, 30);
 /// Exported bucket bounds of snapshot durations: 2^20 ns (about 1 ms) to
 /// 2^39 ns (about 9 minutes).
-const SNAPSHOT_POWS: (u32, u32) = (20, 39);
+pub(crate) const SNAPSHOT_POWS: (u32, u32) = (20, 39);
 
 /// Everything the exporter reads: streams with their labels, consumer
-/// queues, the rx cycle histogram and process gauges.
+/// queues, the rx cycle histogram, process gauges and the exporter's own
+/// counters.
 ///
 /// Registration takes a lock the exporter also takes while encoding; the
 /// rx thread never touches the registry, only the `Arc`s it hands out.
@@ -76,6 +80,7 @@ pub struct Registry {
     consumers: Mutex<Vec<ConsumerEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
+    exporter: Arc<ExporterStats>,
     alive_threshold: Duration,
 }
 
@@ -106,6 +111,7 @@ impl Registry {
             consumers: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
+            exporter: Arc::new(ExporterStats::default()),
             alive_threshold: DEFAULT_ALIVE_THRESHOLD,
         }
     }
@@ -145,6 +151,12 @@ impl Registry {
         &self.process
     }
 
+    /// The exporter's own counters: requests answered, connections refused
+    /// and failed.
+    pub fn exporter(&self) -> &Arc<ExporterStats> {
+        &self.exporter
+    }
+
     /// How long the rx loop may stay silent and still be healthy.
     pub fn alive_threshold(&self) -> Duration {
         self.alive_threshold
@@ -174,17 +186,75 @@ impl Registry {
         })
     }
 
-    /// The full exposition, as served at `/metrics`.
+    /// The full exposition in `format`, as served at `/metrics`.
     ///
     /// # Errors
     ///
     /// Only if formatting fails, which writing to a `String` does not.
-    pub fn encode(self: &Arc<Self>) -> Result<String, fmt::Error> {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(MetricsCollector::new(Arc::clone(self))));
-        let mut text = String::with_capacity(16 * 1024);
-        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    pub fn encode(&self, format: Format) -> Result<String, fmt::Error> {
+        let families = self.families();
+        let mut text = String::with_capacity(32 * 1024);
+        match format {
+            Format::Text => exposition::write_text(&mut text, &families)?,
+            Format::OpenMetrics => exposition::write_openmetrics(&mut text, families)?,
+        }
         Ok(text)
+    }
+
+    /// Every family with its current samples.
+    fn families(&self) -> Vec<Family> {
+        let mut families = stream_families(&lock(&self.streams));
+        families.extend(consumer_families(&lock(&self.consumers)));
+
+        let mut cycle = Family::new(
+            "gapless_rx_cycle_seconds",
+            "Duration of one rx loop cycle.",
+            Kind::Histogram,
+        );
+        cycle.push(
+            Vec::new(),
+            histogram(&self.rx_cycle.snapshot(), LATENCY_POWS),
+        );
+        families.push(cycle);
+
+        let process = &self.process;
+        let gauges = [
+            (
+                "gapless_watchdog_last_alive_timestamp_seconds",
+                "When the rx loop last marked itself alive, in seconds since the Unix epoch.",
+                process.last_alive_ns(),
+            ),
+            (
+                "gapless_process_start_time_seconds",
+                "When the process started, in seconds since the Unix epoch.",
+                process.start_ns(),
+            ),
+        ];
+        for (name, help, ns) in gauges {
+            let mut family = Family::new(name, help, Kind::Gauge);
+            family.push(Vec::new(), Value::Float(ns as f64 / 1e9));
+            families.push(family);
+        }
+
+        let exporter = &self.exporter;
+        let counters = [
+            (
+                "gapless_exporter_connections_refused_total",
+                "Connections to the metrics endpoint refused because too many were open.",
+                exporter.refused(),
+            ),
+            (
+                "gapless_exporter_connections_failed_total",
+                "Connections to the metrics endpoint that timed out or failed before an answer.",
+                exporter.failed(),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let mut family = Family::new(name, help, Kind::Counter);
+            family.push(Vec::new(), Value::Int(value));
+            families.push(family);
+        }
+        families
     }
 }
 
@@ -203,95 +273,59 @@ impl MetricsCollector {
 }
 
 impl Collector for MetricsCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let registry = &self.registry;
-        encode_streams(&mut encoder, &lock(&registry.streams))?;
-        encode_consumers(&mut encoder, &lock(&registry.consumers))?;
-
-        let cycle = registry.rx_cycle.snapshot();
-        let mut metric = encoder.encode_descriptor(
-            "gapless_rx_cycle_seconds",
-            "Duration of one rx loop cycle.",
-            None,
-            MetricType::Histogram,
-        )?;
-        encode_histogram(&mut metric, &cycle, LATENCY_POWS)?;
-
-        let process = &registry.process;
-        let gauges = [
-            (
-                "gapless_watchdog_last_alive_timestamp_seconds",
-                "When the rx loop last marked itself alive, in seconds since the Unix epoch.",
-                process.last_alive_ns(),
-            ),
-            (
-                "gapless_process_start_time_seconds",
-                "When the process started, in seconds since the Unix epoch.",
-                process.start_ns(),
-            ),
-        ];
-        for (name, help, ns) in gauges {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            metric.encode_gauge(&(ns as f64 / 1e9))?;
-        }
-        Ok(())
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        Families(self.registry.families()).encode(encoder)
     }
 }
 
-fn encode_streams(encoder: &mut DescriptorEncoder, streams: &[StreamEntry]) -> fmt::Result {
+fn stream_families(streams: &[StreamEntry]) -> Vec<Family> {
     let samples: Vec<StreamSample> = streams.iter().map(|e| e.metrics.read()).collect();
-    let labelled = || {
-        streams.iter().zip(&samples).map(|(e, s)| {
-            (
-                [("venue", e.venue.as_str()), ("stream", e.stream.as_str())],
-                s,
-            )
-        })
+    let labels = |entry: &StreamEntry| {
+        vec![
+            ("venue", entry.venue.clone()),
+            ("stream", entry.stream.clone()),
+        ]
     };
-    for (index, spec) in SERIES.iter().enumerate() {
-        let kind = match spec.kind {
-            SeriesKind::Counter => MetricType::Counter,
-            SeriesKind::Gauge => MetricType::Gauge,
+    let mut families = Vec::with_capacity(Series::COUNT + 4);
+    for series in Series::ALL {
+        let kind = match series.kind() {
+            SeriesKind::Counter => Kind::Counter,
+            SeriesKind::Gauge => Kind::Gauge,
         };
-        let mut metric = encoder.encode_descriptor(spec.name, spec.help, None, kind)?;
-        for (labels, sample) in labelled() {
-            let value = sample.values().get(index).copied().unwrap_or(0);
-            let mut family = metric.encode_family(&labels)?;
-            match spec.kind {
-                SeriesKind::Counter => ConstCounter::new(value).encode(family)?,
-                SeriesKind::Gauge => family.encode_gauge(&value)?,
-            }
+        let mut family = Family::new(series.name(), series.help(), kind);
+        for (entry, sample) in streams.iter().zip(&samples) {
+            family.push(labels(entry), Value::Int(sample.get(series)));
         }
+        families.push(family);
     }
 
-    let mut metric = encoder.encode_descriptor(
+    let mut state = Family::new(
         "gapless_stream_state",
         "1 for the stream's current state, 0 for the others.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (labels, sample) in labelled() {
-        for state in StreamState::ALL {
-            let [venue, stream] = labels;
-            let labels = [venue, stream, ("state", state.as_str())];
-            let value = u64::from(sample.state == state);
-            metric.encode_family(&labels)?.encode_gauge(&value)?;
+        Kind::Gauge,
+    );
+    for (entry, sample) in streams.iter().zip(&samples) {
+        for s in StreamState::ALL {
+            let mut labels = labels(entry);
+            labels.push(("state", s.as_str().to_string()));
+            state.push(labels, Value::Int(u64::from(sample.state == s)));
         }
     }
+    families.push(state);
 
-    let mut metric = encoder.encode_descriptor(
+    let mut authorized = Family::new(
         "gapless_trading_authorized",
         "1 while the stream is synced, the only state that authorises trading.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (labels, sample) in labelled() {
+        Kind::Gauge,
+    );
+    for (entry, sample) in streams.iter().zip(&samples) {
         let value = u64::from(sample.state == StreamState::Synced);
-        metric.encode_family(&labels)?.encode_gauge(&value)?;
+        authorized.push(labels(entry), Value::Int(value));
     }
+    families.push(authorized);
 
     type Pick = fn(&StreamMetrics) -> &AtomicHistogram;
-    let histograms: [(&str, &str, Pick, (u32, u32)); 2] = [
+    let histograms: [(&'static str, &'static str, Pick, (u32, u32)); 2] = [
         (
             "gapless_handoff_latency_seconds",
             "Time from kernel receive to the hand-off to consumer queues.",
@@ -305,67 +339,66 @@ fn encode_streams(encoder: &mut DescriptorEncoder, streams: &[StreamEntry]) -> f
             SNAPSHOT_POWS,
         ),
     ];
-    for (name, help, histogram, pows) in histograms {
-        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-        for (entry, (labels, _)) in streams.iter().zip(labelled()) {
-            let snapshot = histogram(&entry.metrics).snapshot();
-            encode_histogram(&mut metric.encode_family(&labels)?, &snapshot, pows)?;
+    for (name, help, pick, pows) in histograms {
+        let mut family = Family::new(name, help, Kind::Histogram);
+        for entry in streams {
+            family.push(
+                labels(entry),
+                histogram(&pick(&entry.metrics).snapshot(), pows),
+            );
         }
+        families.push(family);
     }
-    Ok(())
+    families
 }
 
-fn encode_consumers(encoder: &mut DescriptorEncoder, consumers: &[ConsumerEntry]) -> fmt::Result {
+fn consumer_families(consumers: &[ConsumerEntry]) -> Vec<Family> {
     type Read = fn(&QueueStats) -> u64;
-    let series: [(&str, &str, MetricType, Read); 4] = [
+    let series: [(&'static str, &'static str, Kind, Read); 4] = [
         (
             "gapless_consumer_queue_depth_bytes",
             "Bytes waiting in the consumer's queue.",
-            MetricType::Gauge,
+            Kind::Gauge,
             QueueStats::fill_bytes,
         ),
         (
             "gapless_consumer_queue_capacity_bytes",
             "Size of the consumer's queue.",
-            MetricType::Gauge,
+            Kind::Gauge,
             QueueStats::capacity_bytes,
         ),
         (
-            "gapless_consumer_events",
+            "gapless_consumer_events_total",
             "Events written to the consumer's queue.",
-            MetricType::Counter,
+            Kind::Counter,
             QueueStats::pushed,
         ),
         (
-            "gapless_consumer_overruns",
+            "gapless_consumer_overruns_total",
             "Events the consumer lost because its queue was full.",
-            MetricType::Counter,
+            Kind::Counter,
             QueueStats::dropped,
         ),
     ];
-    for (name, help, kind, read) in series {
-        let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
-        for entry in consumers {
-            let labels = [("consumer", entry.name.as_str())];
-            let value = read(&entry.stats);
-            let mut family = metric.encode_family(&labels)?;
-            match kind {
-                MetricType::Counter => ConstCounter::new(value).encode(family)?,
-                _ => family.encode_gauge(&value)?,
+    series
+        .into_iter()
+        .map(|(name, help, kind, read)| {
+            let mut family = Family::new(name, help, kind);
+            for entry in consumers {
+                let labels = vec![("consumer", entry.name.clone())];
+                family.push(labels, Value::Int(read(&entry.stats)));
             }
-        }
-    }
-    Ok(())
+            family
+        })
+        .collect()
 }
 
-fn encode_histogram(
-    metric: &mut prometheus_client::encoding::MetricEncoder,
-    snapshot: &HistogramSnapshot,
-    (lo, hi): (u32, u32),
-) -> fmt::Result {
-    let buckets = snapshot.prometheus_buckets(lo, hi);
-    let sum = snapshot.sum_ns() as f64 / 1e9;
-    metric.encode_histogram::<NoLabelSet>(sum, snapshot.count(), &buckets, None)
+fn histogram(snapshot: &HistogramSnapshot, (lo, hi): (u32, u32)) -> Value {
+    Value::Histogram {
+        buckets: snapshot.prometheus_buckets(lo, hi),
+        sum: snapshot.sum_ns() as f64 / 1e9,
+        count: snapshot.count(),
+    }
 }
 
 /// A label value with `\`, `"` and line feeds escaped, as the text format
