@@ -19,7 +19,7 @@ pub mod daemon;
 pub mod drive;
 pub(crate) mod io;
 pub mod log;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod protocol;
 pub mod publish;
 pub mod sequencer;

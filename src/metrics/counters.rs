@@ -87,10 +87,10 @@ macro_rules! stream_series {
         /// [`StreamSample::from`] a [`ChannelStats`] fills every field the
         /// session keeps; the rx loop adds what only it knows:
         ///
-        /// ```
-        /// use gapless::publish::StreamState;
-        /// use gapless::venue::ChannelStats;
-        /// use gapless::metrics::{Series, StreamSample};
+        /// ```ignore
+        /// use crate::publish::StreamState;
+        /// use crate::venue::ChannelStats;
+        /// use crate::metrics::{Series, StreamSample};
         ///
         /// let stats = ChannelStats { packets: 10, messages: 40, ..ChannelStats::default() };
         /// let sample = StreamSample {

@@ -202,6 +202,7 @@ pub struct ExporterHandle {
     local_addr: SocketAddr,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
+    #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<ExporterStats>,
     thread: Option<JoinHandle<()>>,
 }
@@ -213,11 +214,13 @@ impl ExporterHandle {
     }
 
     /// Requests answered so far, whatever their status.
+    #[cfg(test)]
     pub fn requests_served(&self) -> u64 {
         self.stats.served()
     }
 
     /// The exporter's counters (also in the registry it serves).
+    #[cfg(test)]
     pub fn stats(&self) -> &Arc<ExporterStats> {
         &self.stats
     }

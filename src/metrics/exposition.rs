@@ -9,7 +9,7 @@
 //! In both the samples are the same lines: a counter sample is always
 //! `x_total`, histogram samples are `x_bucket` (with `le` first among the
 //! labels), `x_sum` and `x_count`. OpenMetrics is written by
-//! `prometheus-client` (through [`MetricsCollector`](super::MetricsCollector));
+//! `prometheus-client` (through a collector over the same families);
 //! the text format by `write_text`, which lays numbers out as that crate
 //! does so that a bucket's `le` is the same string in both.
 
@@ -51,8 +51,8 @@ impl Format {
     /// no lower than the one it gives `text/plain`, the text format
     /// otherwise (no header, wildcards, anything else).
     ///
-    /// ```
-    /// use gapless::metrics::Format;
+    /// ```ignore
+    /// use crate::metrics::Format;
     ///
     /// // What Prometheus 2.x sends.
     /// let prometheus = "application/openmetrics-text;version=1.0.0,\

@@ -16,14 +16,13 @@
 //! threads walk the [`Registry`] and turn the atomics into series named in
 //! base units, counters ending in `_total`, every per-stream series
 //! labelled `venue` and `stream`, every per-consumer one labelled
-//! `consumer`, written in the [`Format`] the scraper asked for. The same
-//! walk is offered to `prometheus-client` users as [`MetricsCollector`].
+//! `consumer`, written in the [`Format`] the scraper asked for.
 //!
-//! ```
+//! ```ignore
 //! use std::sync::Arc;
 //!
-//! use gapless::publish::StreamState;
-//! use gapless::metrics::{Format, Registry, StreamSample};
+//! use crate::publish::StreamState;
+//! use crate::metrics::{Format, Registry, StreamSample};
 //!
 //! let registry = Arc::new(Registry::new());
 //! let itch = registry.add_stream("nasdaq", "itch-a");
@@ -43,17 +42,18 @@ pub mod exporter;
 pub mod exposition;
 pub mod histogram;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::publish::{QueueStats, StreamState};
-use exposition::{Families, Family, Kind, Value};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use exposition::{Family, Kind, Value};
 
 pub use counters::{ProcessMetrics, Series, SeriesKind, StreamMetrics, StreamSample, unix_now_ns};
-pub use exporter::{Exporter, ExporterError, ExporterHandle, ExporterStats};
+pub use exporter::{Exporter, ExporterHandle, ExporterStats};
 pub use exposition::Format;
 pub use histogram::{AtomicHistogram, HistogramSnapshot, LatencySummary};
 
@@ -255,26 +255,6 @@ impl Registry {
             families.push(family);
         }
         families
-    }
-}
-
-/// A `prometheus-client` [`Collector`] that reads a [`Registry`] at each
-/// scrape. Register it with any `prometheus_client` registry.
-#[derive(Debug, Clone)]
-pub struct MetricsCollector {
-    registry: Arc<Registry>,
-}
-
-impl MetricsCollector {
-    /// A collector reading `registry`.
-    pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
-    }
-}
-
-impl Collector for MetricsCollector {
-    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        Families(self.registry.families()).encode(encoder)
     }
 }
 

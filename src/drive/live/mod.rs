@@ -460,6 +460,8 @@ impl RxLoop {
                 if let Some(m) = self.shared.stream_metrics.get(usize::from(info.id)) {
                     let mut sample = crate::metrics::StreamSample::from(&view.stats);
                     sample.filtered_packets = view.sockets.filtered;
+                    sample.truncated_packets = view.sockets.truncated;
+                    sample.rerequests_send_failed = view.sockets.send_errors;
                     sample.state = view.state;
                     m.publish(&sample);
                     m.set_state(view.state);

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gapless::metrics::exporter::{MAX_CONNECTIONS, READ_TIMEOUT};
-use gapless::metrics::{Exporter, Format, Registry, StreamSample, unix_now_ns};
-use gapless::publish::{Event, StreamState, channel};
+use crate::metrics::exporter::{MAX_CONNECTIONS, READ_TIMEOUT};
+use crate::metrics::{Exporter, Format, Registry, StreamSample, unix_now_ns};
+use crate::publish::{Event, StreamState, channel};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0";
@@ -259,7 +259,7 @@ fn consumer_overruns_are_counted() {
         to: 2,
     };
     let dropped = (0..10)
-        .filter(|_| producer.push(&event) != gapless::publish::Pushed::Written)
+        .filter(|_| producer.push(&event) != crate::publish::Pushed::Written)
         .count();
     let text = registry.encode(Format::Text).expect("encode");
     let overruns = sample_value(&text, r#"gapless_consumer_overruns_total{consumer="slow"}"#);
