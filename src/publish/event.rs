@@ -47,7 +47,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt;
 use std::ops::RangeInclusive;
 
 pub use crate::publish::codec::{DecodeError, EncodeError};
@@ -57,68 +56,8 @@ pub const MAX_HEADER_LEN: usize = 31;
 /// Encoded length of an [`Event::Overrun`] (it never carries a payload).
 pub const OVERRUN_LEN: usize = 31;
 
-/// The state of a stream as reported to consumers. Only
-/// [`StreamState::Synced`] authorises trading.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamState {
-    /// Never seen, or reset by a new epoch.
-    Unseen = 0,
-    /// Everything up to the latest known sequence was delivered.
-    Synced = 1,
-    /// A gap was seen; later messages are buffered.
-    DirtySyncPending = 2,
-    /// Backfill is arriving but has not closed every gap.
-    Recovering = 3,
-    /// Messages were lost in a way backfill cannot repair; only a resync
-    /// clears it.
-    ResetRequired = 4,
-    /// The stream ended (end of session, shutdown).
-    Closed = 5,
-}
-
-impl StreamState {
-    /// Every state, in discriminant order.
-    pub const ALL: [Self; 6] = [
-        Self::Unseen,
-        Self::Synced,
-        Self::DirtySyncPending,
-        Self::Recovering,
-        Self::ResetRequired,
-        Self::Closed,
-    ];
-
-    /// The state whose discriminant is `value`, if any.
-    pub const fn from_u8(value: u8) -> Option<Self> {
-        match value {
-            0 => Some(Self::Unseen),
-            1 => Some(Self::Synced),
-            2 => Some(Self::DirtySyncPending),
-            3 => Some(Self::Recovering),
-            4 => Some(Self::ResetRequired),
-            5 => Some(Self::Closed),
-            _ => None,
-        }
-    }
-
-    /// A short lowercase name for logs, metrics and consumers.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Unseen => "unseen",
-            Self::Synced => "synced",
-            Self::DirtySyncPending => "dirty_sync_pending",
-            Self::Recovering => "recovering",
-            Self::ResetRequired => "reset_required",
-            Self::Closed => "closed",
-        }
-    }
-}
-
-impl fmt::Display for StreamState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The consumers' vocabulary of stream states is the sequencer's own.
+pub use crate::sequencer::StreamState;
 
 /// One event for a consumer, borrowing its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

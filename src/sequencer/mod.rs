@@ -184,23 +184,54 @@ impl StreamConfig {
     }
 }
 
-/// The state of a stream. Only [`StreamState::Synced`] authorises trading.
+/// The state of a stream: one vocabulary for the sequencer, the venues and consumers.
+/// Only [`StreamState::Synced`] authorises trading.
+///
+/// The sequencer itself never reports [`StreamState::Closed`]: a venue adds it when its
+/// stream ended with nothing missing (a MoldUDP64 end of session). The discriminants are
+/// the state byte of the consumer event encoding ([`crate::publish::event`]).
+#[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StreamState {
     /// Never seen (or reset by a new epoch): nothing establishes that local state matches
     /// the publisher.
-    Unseen,
+    Unseen = 0,
     /// Everything up to the latest known sequence was delivered.
-    Synced,
+    Synced = 1,
     /// A gap was seen; frames after it are buffered.
-    DirtySyncPending,
+    DirtySyncPending = 2,
     /// Backfill is arriving but has not closed every gap.
-    Recovering,
+    Recovering = 3,
     /// Frames were lost in a way backfill cannot repair; only a resync clears it.
-    ResetRequired,
+    ResetRequired = 4,
+    /// The stream ended (its session's end with nothing missing).
+    Closed = 5,
 }
 
 impl StreamState {
+    /// Every state, in discriminant order.
+    pub const ALL: [Self; 6] = [
+        Self::Unseen,
+        Self::Synced,
+        Self::DirtySyncPending,
+        Self::Recovering,
+        Self::ResetRequired,
+        Self::Closed,
+    ];
+
+    /// The state whose discriminant is `value`, if any.
+    pub const fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            0 => Some(Self::Unseen),
+            1 => Some(Self::Synced),
+            2 => Some(Self::DirtySyncPending),
+            3 => Some(Self::Recovering),
+            4 => Some(Self::ResetRequired),
+            5 => Some(Self::Closed),
+            _ => None,
+        }
+    }
+
     /// A short lowercase name for logs, metrics and consumers.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -209,7 +240,14 @@ impl StreamState {
             Self::DirtySyncPending => "dirty_sync_pending",
             Self::Recovering => "recovering",
             Self::ResetRequired => "reset_required",
+            Self::Closed => "closed",
         }
+    }
+}
+
+impl std::fmt::Display for StreamState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use gapless::drive::replay::binance::{BinanceReplaySummary, ReplayBinanceError, replay_binance};
+use gapless::sequencer::StreamState;
 use gapless::sim::binance::capture::write_generated_capture;
-use gapless::venue::binance::{Market, SymbolState};
+use gapless::venue::binance::Market;
 
 const SYMBOLS: [&str; 2] = ["btcusdt", "ethusdt"];
 
@@ -85,7 +86,7 @@ fn generated_capture_replays(market: Market, name: &str) {
     );
     assert_eq!(
         (btc.state, eth.state),
-        (SymbolState::Synced, SymbolState::Synced)
+        (StreamState::Synced, StreamState::Synced)
     );
     assert_eq!(summary.frames, 599);
     assert_eq!(summary.snapshots, 3);
@@ -126,8 +127,8 @@ fn a_missing_resync_snapshot_is_answered_as_failed_and_the_replay_ends() {
     let path = temp_file("missing.txt", kept.join("\n").as_bytes());
     let (summary, _) = replay_to_bytes(&path, Market::Spot);
     assert!(summary.unanswered >= 1, "{summary}");
-    assert_ne!(summary.symbols[0].state, SymbolState::Synced);
-    assert_eq!(summary.symbols[1].state, SymbolState::Synced);
+    assert_ne!(summary.symbols[0].state, StreamState::Synced);
+    assert_eq!(summary.symbols[1].state, StreamState::Synced);
     fs::remove_file(path).unwrap();
 }
 

@@ -34,9 +34,10 @@ use thiserror::Error;
 use super::{Pacing, Record, Source};
 use crate::publish::Event;
 use crate::publish::jsonl::{JsonlFormatter, StreamNames};
+use crate::sequencer::StreamState;
 use crate::venue::Emit;
 use crate::venue::binance::{
-    BinanceSpec, BinanceVenue, Market, SpecError, SymbolState, SymbolStats, VenueStats,
+    BinanceSpec, BinanceVenue, Market, SpecError, SymbolStats, VenueStats,
 };
 
 /// Why a Binance replay failed.
@@ -62,7 +63,7 @@ pub struct SymbolSummary {
     /// Lowercase symbol (the stream name in the JSON lines).
     pub name: String,
     /// Where the symbol stands at the end.
-    pub state: SymbolState,
+    pub state: StreamState,
     /// Deltas delivered, each proven continuous.
     pub applied: u64,
     /// Times sync was lost after a snapshot was applied.

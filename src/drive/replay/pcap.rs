@@ -17,7 +17,7 @@ use super::{Pacing, Record, Source};
 use crate::capture::{CaptureError, CaptureReader, Stats as LinkStats};
 use crate::config::{Config, Start, VenueKind};
 use crate::publish::jsonl::{JsonlFormatter, StreamNames};
-use crate::publish::{Event, StreamState as Published};
+use crate::publish::{Event, StreamState};
 use crate::sequencer::SeqRange;
 use crate::venue::udp::{LineSpec, spec_from_config};
 use crate::venue::{ChannelSpec, ChannelStats, FeedSpec, GapPolicy, UdpVenue, Wire};
@@ -59,7 +59,7 @@ pub struct StreamSummary {
     /// The last session seen.
     pub session: String,
     /// Final state.
-    pub state: Published,
+    pub state: StreamState,
     /// First and last sequence delivered.
     pub delivered_range: Option<(u64, u64)>,
     /// Messages delivered.
@@ -98,7 +98,7 @@ impl ReplaySummary {
     /// Streams that lost data or did not end synced.
     pub fn unsynced(&self) -> impl Iterator<Item = &StreamSummary> {
         self.streams.iter().filter(|s| {
-            !s.gaps.is_empty() || !matches!(s.state, Published::Synced | Published::Closed)
+            !s.gaps.is_empty() || !matches!(s.state, StreamState::Synced | StreamState::Closed)
         })
     }
 }
@@ -241,7 +241,7 @@ pub fn replay_reader(
             session: feed
                 .session(i)
                 .map_or_else(String::new, |s| s.display(options.wire)),
-            state: crate::venue::udp::published(feed.state(i)),
+            state: feed.state(i),
             delivered_range: tally.first.zip(tally.last),
             delivered: tally.delivered,
             gaps: tally.gaps,

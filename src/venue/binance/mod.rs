@@ -119,17 +119,6 @@ pub enum ReconnectReason {
     Silence,
 }
 
-/// Where a symbol stands. Only [`SymbolState::Synced`] authorises trading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SymbolState {
-    /// No depth event was received since the connection opened or since sync was lost.
-    Waiting,
-    /// Events are buffered while a snapshot is wanted, in flight or backing off.
-    Buffering,
-    /// The snapshot was applied and every event since then was continuous.
-    Synced,
-}
-
 /// Counters and gauges of one symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SymbolStats {

@@ -1,7 +1,7 @@
 //! [`BinanceSession`]: routing frames to symbols, snapshot requests and answers, and the
 //! health of the connection.
 
-use crate::publish::StreamState as Published;
+use crate::publish::StreamState;
 use crate::sequencer::{Baseline, Detector, StreamConfig};
 use crate::venue::Emit;
 
@@ -9,9 +9,7 @@ use super::fetch::Fetcher;
 use super::rules;
 use super::spec::{BinanceSpec, SpecError};
 use super::sync::{Applied, Book, Sequencer};
-use super::{
-    ReconnectReason, SnapshotRequest, SnapshotResult, SymbolState, SymbolStats, VenueStats,
-};
+use super::{ReconnectReason, SnapshotRequest, SnapshotResult, SymbolStats, VenueStats};
 use crate::protocol::binance::{self as scan, ScanError, Scanned};
 
 /// Reorder window of each symbol's stream. Binance has no retransmission, so any gap ends the
@@ -140,18 +138,18 @@ impl BinanceSession {
             .saturating_add(u16::try_from(symbol).unwrap_or(u16::MAX))
     }
 
-    /// Where a symbol stands; [`SymbolState::Waiting`] for an unknown index.
-    pub fn state(&self, symbol: usize) -> SymbolState {
+    /// Where a symbol stands; [`StreamState::Unseen`] for an unknown index.
+    pub fn state(&self, symbol: usize) -> StreamState {
         self.books
             .get(symbol)
-            .map_or(SymbolState::Waiting, Book::state)
+            .map_or(StreamState::Unseen, Book::state)
     }
 
     /// The state consumers of a symbol were last told.
-    pub fn published_state(&self, symbol: usize) -> Published {
+    pub fn published_state(&self, symbol: usize) -> StreamState {
         self.books
             .get(symbol)
-            .map_or(Published::Unseen, Book::published)
+            .map_or(StreamState::Unseen, Book::published)
     }
 
     /// A symbol's counters; zeros for an unknown index.

@@ -1,13 +1,13 @@
 //! The sync state machine of one symbol: buffering before the snapshot, lining the snapshot up
 //! with the buffered events, and continuity checks on every event after it.
 
-use crate::publish::{Event, StreamState as Published};
+use crate::publish::{Event, StreamState};
 use crate::sequencer::{Delivered, Detector, Disposition, StreamId};
 use crate::venue::Emit;
 
 use super::pending::{Pending, Stored};
 use super::rules::{self, Fit, Ids, Link};
-use super::{Market, SymbolState, SymbolStats};
+use super::{Market, SymbolStats};
 
 /// Where a delivered event's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,7 @@ enum Phase {
 /// What a snapshot body did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Applied {
-    /// Published; the symbol is live (or buffering again if a buffered event broke the chain).
+    /// StreamState; the symbol is live (or buffering again if a buffered event broke the chain).
     Yes,
     /// It did not line up with the buffered events: fetch again.
     Stale,
@@ -56,7 +56,7 @@ pub(crate) struct Book {
     idle_run: usize,
     max_pending: usize,
     pending: Pending,
-    published: Published,
+    published: StreamState,
     pub(crate) stats: SymbolStats,
 }
 
@@ -72,22 +72,22 @@ impl Book {
             idle_run: 0,
             max_pending,
             pending: Pending::new(max_pending, bytes),
-            published: Published::Unseen,
+            published: StreamState::Unseen,
             stats: SymbolStats::default(),
         }
     }
 
     /// The symbol's state.
-    pub(crate) fn state(&self) -> SymbolState {
+    pub(crate) fn state(&self) -> StreamState {
         match self.phase {
-            Phase::Waiting => SymbolState::Waiting,
-            Phase::Buffering => SymbolState::Buffering,
-            Phase::Live => SymbolState::Synced,
+            Phase::Waiting => StreamState::Unseen,
+            Phase::Buffering => StreamState::ResetRequired,
+            Phase::Live => StreamState::Synced,
         }
     }
 
     /// The state consumers were last told.
-    pub(crate) fn published(&self) -> Published {
+    pub(crate) fn published(&self) -> StreamState {
         self.published
     }
 
@@ -104,7 +104,7 @@ impl Book {
         stats
     }
 
-    fn publish(&mut self, state: Published, emit: &mut impl Emit) {
+    fn publish(&mut self, state: StreamState, emit: &mut impl Emit) {
         if self.published != state {
             self.published = state;
             emit.emit(&Event::State {
@@ -255,7 +255,7 @@ impl Book {
         seq.detector.take_discarded(self.stream, |_| {});
         self.phase = Phase::Waiting;
         self.snapshot = None;
-        self.publish(Published::ResetRequired, emit);
+        self.publish(StreamState::ResetRequired, emit);
     }
 
     /// The connection is gone: whatever was buffered belongs to it.
@@ -307,7 +307,7 @@ impl Book {
         self.stats.snapshots_applied += 1;
         self.replay(seq, emit);
         if self.phase == Phase::Live {
-            self.publish(Published::Synced, emit);
+            self.publish(StreamState::Synced, emit);
         }
         Applied::Yes
     }

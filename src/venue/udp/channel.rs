@@ -16,7 +16,7 @@ use super::spec::{ChannelSpec, FeedSpec};
 use super::wire::{self, Datagram, Kind};
 use crate::protocol::ProtocolError;
 use crate::publish::run::MessageRun;
-use crate::publish::{Event, StreamState as Published};
+use crate::publish::{Event, StreamState};
 use crate::sequencer::{Delivered, Detector, Disposition, Frame, SeqRange, StreamId};
 use crate::time::{Mono, Wall};
 use crate::venue::{
@@ -98,7 +98,7 @@ pub(super) struct Channel {
     pub(super) requester: Requester,
     pub(super) phase: Phase,
     /// What consumers were last told.
-    pub(super) published: Published,
+    pub(super) published: StreamState,
     pub(super) arena: PacketArena,
     pub(super) stats: ChannelStats,
     pub(super) timers: TimerTable<ChannelTimer, 3>,
@@ -327,10 +327,10 @@ impl Channel {
     /// Emits a state event when the consumer-visible state changed.
     pub(super) fn publish_state(&mut self, core: &Core, emit: &mut impl Emit) {
         let state = core.detector.state(self.stream);
-        let now = if state == crate::sequencer::StreamState::Synced && self.epochs.end_of_session {
-            Published::Closed
+        let now = if state == StreamState::Synced && self.epochs.end_of_session {
+            StreamState::Closed
         } else {
-            crate::venue::udp::published(state)
+            state
         };
         if now != self.published {
             self.published = now;

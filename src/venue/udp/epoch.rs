@@ -25,7 +25,7 @@
 use super::channel::{Arrival, Channel, Core};
 use super::spec::FeedSpec;
 use super::wire::{self, SessionKey};
-use crate::publish::{Event, StreamState as Published};
+use crate::publish::{Event, StreamState};
 use crate::time::Mono;
 use crate::venue::{Emit, EpochLabel, Notice, Via};
 
@@ -242,7 +242,7 @@ impl Channel {
         self.logged.changes = self.stats.new_sessions;
         emit.emit(&Event::State {
             stream: self.id,
-            state: Published::Unseen,
+            state: StreamState::Unseen,
         });
         // A new session is numbered from 1; one taking the channel back resumes where its
         // stream had got to, or, had it not started, starts by the channel's baseline rule
@@ -258,7 +258,7 @@ impl Channel {
             core.out = out;
         }
         self.release_discarded(core);
-        self.published = Published::Unseen;
+        self.published = StreamState::Unseen;
     }
 }
 

@@ -34,7 +34,6 @@ use snapshot::Phase;
 pub use spec::{ChannelSpec, FeedSpec, LineSpec, SnapshotSpec, spec_from_config};
 pub use wire::{SessionKey, Wire};
 
-use crate::publish::StreamState as Published;
 use crate::sequencer::{Baseline, Detector, SeqRange, StreamConfig, StreamState};
 use crate::time::{Mono, Wall};
 use crate::venue::{
@@ -113,7 +112,7 @@ impl UdpVenue {
                 epochs: Epochs::new(c.session, spec.session_confirm, spec.max_datagram),
                 requester: Requester::new(c.rerequest.clone()),
                 phase: Phase::Idle,
-                published: Published::Unseen,
+                published: StreamState::Unseen,
                 arena: PacketArena::new(spec.arena_datagrams, spec.max_datagram),
                 stats: ChannelStats::default(),
                 timers: TimerTable::new(),
@@ -177,11 +176,11 @@ impl UdpVenue {
     }
 
     /// The channel's state as its consumers last saw it: the sequencing state, or
-    /// [`Published::Closed`] once its session ended with nothing missing.
-    pub fn published_state(&self, channel: usize) -> Published {
+    /// [`StreamState::Closed`] once its session ended with nothing missing.
+    pub fn published_state(&self, channel: usize) -> StreamState {
         self.channels
             .get(channel)
-            .map_or(Published::Unseen, |c| c.published)
+            .map_or(StreamState::Unseen, |c| c.published)
     }
 
     /// The channel's current session, once known.
@@ -396,16 +395,5 @@ impl UdpVenue {
             .enumerate()
             .flat_map(|(i, c)| c.timers.armed().map(move |(t, at)| (i, name(t), at)))
             .collect()
-    }
-}
-
-/// The consumer-visible form of a sequencer state.
-pub fn published(state: StreamState) -> Published {
-    match state {
-        StreamState::Unseen => Published::Unseen,
-        StreamState::Synced => Published::Synced,
-        StreamState::DirtySyncPending => Published::DirtySyncPending,
-        StreamState::Recovering => Published::Recovering,
-        StreamState::ResetRequired => Published::ResetRequired,
     }
 }

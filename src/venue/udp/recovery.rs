@@ -392,7 +392,7 @@ impl Channel {
         }
         let policy = spec.policy;
         match core.detector.state(self.stream) {
-            StreamState::Unseen | StreamState::Synced => {
+            StreamState::Unseen | StreamState::Synced | StreamState::Closed => {
                 self.requester.clear();
                 return;
             }

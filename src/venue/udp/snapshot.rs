@@ -14,7 +14,7 @@
 
 use super::channel::{Channel, ChannelTimer, Core};
 use super::spec::FeedSpec;
-use crate::publish::{Event, StreamState as Published};
+use crate::publish::{Event, StreamState};
 use crate::time::Mono;
 use crate::venue::{Emit, Fetch, FetchId, FetchReply, IoRequest};
 
@@ -65,10 +65,10 @@ impl Channel {
         });
         core.detector.begin_resync(self.stream);
         self.release_discarded(core);
-        self.published = Published::ResetRequired;
+        self.published = StreamState::ResetRequired;
         emit.emit(&Event::State {
             stream: self.id,
-            state: Published::ResetRequired,
+            state: StreamState::ResetRequired,
         });
         emit.emit(&Event::SnapshotBegin { stream: self.id });
         true

@@ -1,6 +1,7 @@
 //! Recorded Binance sessions (hftbacktest and cryptofeed formats) and a driver that replays
 //! one through a session the way the I/O shell would.
 
+use crate::sequencer::StreamState;
 use std::collections::VecDeque;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -9,9 +10,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::GzDecoder;
 use serde::Deserialize;
 
-use super::super::{
-    BinanceSession, BinanceSpec, Market, SnapshotRequest, SnapshotResult, SymbolState,
-};
+use super::super::{BinanceSession, BinanceSpec, Market, SnapshotRequest, SnapshotResult};
 use super::{Ids, Sink};
 
 /// One step of a recorded (or edited) session.
@@ -298,7 +297,7 @@ impl Driver {
                     && self.synthetic
                     && self.outstanding[s]
                     && self.used_recorded[s]
-                    && self.session.state(s) == SymbolState::Buffering
+                    && self.session.state(s) == StreamState::ResetRequired
                 {
                     let body = super::snapshot_body(ids.last);
                     self.deliver(*t, s, Answer::Body(body));

@@ -2,8 +2,9 @@
 //! limits, a lost connection, a server shutdown and silence.
 
 use crate::publish::StreamState as Published;
+use crate::sequencer::StreamState;
 
-use super::super::{ReconnectReason, SymbolState};
+use super::super::ReconnectReason;
 use super::capture::{Answer, Capture, Driver, Input, captures_dir, depth_ids, load_cryptofeed};
 use super::{Got, check_consumer, snapshot_body};
 
@@ -79,7 +80,7 @@ fn a_missed_event_resyncs_that_symbol_only() {
         let d = replay(&c, &inputs, |_| {});
         for s in 0..c.symbols.len() {
             let (stats, stream) = (d.session.stats(s), d.session.stream_id(s));
-            assert_eq!(d.session.state(s), SymbolState::Synced, "{} {s}", c.name);
+            assert_eq!(d.session.state(s), StreamState::Synced, "{} {s}", c.name);
             let resets = d.sink.states(stream, Published::ResetRequired);
             let begins = d
                 .sink
@@ -190,7 +191,7 @@ fn a_429_with_retry_after_backs_off_then_syncs() {
         assert!(later.clone().all(|(t, _)| *t >= refused_at + 2_000_000_000));
         assert!(later.clone().any(|(_, r)| r.symbol == a));
         for s in 0..c.symbols.len() {
-            assert_eq!(d.session.state(s), SymbolState::Synced, "{} {s}", c.name);
+            assert_eq!(d.session.state(s), StreamState::Synced, "{} {s}", c.name);
             assert_eq!(d.session.stats(s).resyncs, 0);
         }
     }
@@ -217,7 +218,7 @@ fn a_failed_fetch_is_retried_after_a_pause() {
         assert!(second >= first + 1_000_000_000);
         assert_eq!(
             (d.session.state(a), stats.resyncs),
-            (SymbolState::Synced, 0)
+            (StreamState::Synced, 0)
         );
     }
 }
@@ -233,7 +234,7 @@ fn a_418_pauses_the_venue_for_the_ban() {
         let refused_at = d.requests.iter().find(|(_, r)| r.symbol == a).unwrap().0;
         // The default ban pause (5 minutes) outlasts the 30 s recording.
         assert!(d.requests.iter().all(|(t, _)| *t <= refused_at));
-        assert_eq!(d.session.state(a), SymbolState::Buffering);
+        assert_eq!(d.session.state(a), StreamState::ResetRequired);
         assert!(d.session.stats(a).buffered > 0);
         let mut d = d;
         assert_eq!(d.session.poll_snapshot(refused_at + 299_000_000_000), None);
@@ -249,12 +250,12 @@ fn a_disconnect_resyncs_every_symbol() {
         let t = c.inputs[mid].time();
         let mut d = replay(&c, &c.inputs[..mid], |_| {});
         let n = c.symbols.len();
-        assert!((0..n).all(|s| d.session.state(s) == SymbolState::Synced));
+        assert!((0..n).all(|s| d.session.state(s) == StreamState::Synced));
         d.step(&Input::Disconnect { t });
         assert!(!d.session.is_connected());
         for s in 0..n {
             let stream = d.session.stream_id(s);
-            assert_eq!(d.session.state(s), SymbolState::Waiting);
+            assert_eq!(d.session.state(s), StreamState::Unseen);
             assert_eq!(d.session.stats(s).buffered, 0);
             assert_eq!(d.sink.states(stream, Published::ResetRequired), 1);
             assert_eq!(d.session.published_state(s), Published::ResetRequired);
@@ -264,7 +265,7 @@ fn a_disconnect_resyncs_every_symbol() {
         check_consumer(&d.sink.got, c.market.is_linked()).unwrap();
         for s in 0..n {
             let stats = d.session.stats(s);
-            assert_eq!(d.session.state(s), SymbolState::Synced, "{} {s}", c.name);
+            assert_eq!(d.session.state(s), StreamState::Synced, "{} {s}", c.name);
             assert_eq!((stats.resyncs, stats.breaks), (1, 0), "{} {s}", c.name);
             assert_eq!((stats.snapshot_requests, stats.snapshots_applied), (2, 2));
         }
@@ -294,7 +295,7 @@ fn silence_and_server_shutdown_ask_for_a_new_connection() {
         // Depth keeps flowing until the shell reconnects.
         d.run(&c.inputs[mid..]);
         assert_eq!(d.session.venue_stats().server_shutdowns, 1);
-        assert!((0..c.symbols.len()).all(|s| d.session.state(s) == SymbolState::Synced));
+        assert!((0..c.symbols.len()).all(|s| d.session.state(s) == StreamState::Synced));
         let end = c.inputs.last().unwrap().time();
         d.step(&Input::Disconnect { t: end });
         assert_eq!(

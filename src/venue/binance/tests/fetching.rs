@@ -1,8 +1,9 @@
 //! Snapshot scheduling: request paths and weights, staggering within the weight budget,
 //! 429 and 418 pauses, failures, timeouts and their backoff.
 
-use super::super::{Market, SnapshotResult, SymbolState};
+use super::super::{Market, SnapshotResult};
 use super::{S, Sink, body, depth_frame, feed, session};
+use crate::sequencer::StreamState;
 
 #[test]
 fn requests_name_the_market_path_and_weight() {
@@ -80,9 +81,9 @@ fn requests_are_staggered_within_the_weight_budget() {
     assert_eq!(s.weight_used_last_minute(), 100);
     assert_eq!(
         (s.state(0), s.state(1)),
-        (SymbolState::Synced, SymbolState::Synced)
+        (StreamState::Synced, StreamState::Synced)
     );
-    assert_eq!(s.state(3), SymbolState::Buffering);
+    assert_eq!(s.state(3), StreamState::ResetRequired);
 }
 
 #[test]
@@ -107,7 +108,7 @@ fn rate_limits_pause_the_venue() {
     let third = s.poll_snapshot(50 * S).unwrap();
     body(&mut s, &mut sink, 50 * S, third.symbol, 15);
     assert_eq!(s.stats(0).rate_limited + s.stats(1).rate_limited, 2);
-    assert_eq!(s.state(third.symbol), SymbolState::Synced);
+    assert_eq!(s.state(third.symbol), StreamState::Synced);
 }
 
 #[test]
@@ -141,7 +142,7 @@ fn failures_and_timeouts_back_off() {
     assert_eq!(s.poll_snapshot(t + 21 * S - 1), None);
     assert!(s.poll_snapshot(t + 21 * S).is_some());
     body(&mut s, &mut sink, t + 21 * S, 0, 15);
-    assert_eq!(s.state(0), SymbolState::Synced);
+    assert_eq!(s.state(0), StreamState::Synced);
     assert_eq!(s.stats(0).snapshot_requests, 6);
 }
 
@@ -168,7 +169,7 @@ fn a_request_heavier_than_the_budget_waits_for_a_clear_minute() {
     body(&mut s, &mut sink, 60 * S, 1, 15);
     assert_eq!(
         (s.state(0), s.state(1)),
-        (SymbolState::Synced, SymbolState::Synced)
+        (StreamState::Synced, StreamState::Synced)
     );
     assert_eq!(s.weight_used_last_minute(), 50);
 }

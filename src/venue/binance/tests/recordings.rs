@@ -2,8 +2,9 @@
 //! continuous under the market's rule, equal to a plain re-implementation of the rule.
 
 use crate::publish::StreamState as Published;
+use crate::sequencer::StreamState;
 
-use super::super::{Market, SymbolState};
+use super::super::Market;
 use super::capture::{
     Capture, Driver, Input, Rec, captures_dir, data_bytes, load_cryptofeed, load_hft,
 };
@@ -78,7 +79,7 @@ fn check(capture: &Capture) -> String {
     for (s, name) in capture.symbols.iter().enumerate() {
         let what = format!("{} {name}", capture.name);
         let stats = d.session.stats(s);
-        assert_eq!(d.session.state(s), SymbolState::Synced, "{what}");
+        assert_eq!(d.session.state(s), StreamState::Synced, "{what}");
         assert_eq!(stats.snapshot_requests, 1, "{what}: {stats:?}");
         assert_eq!(stats.snapshots_applied, 1, "{what}");
         assert_eq!(

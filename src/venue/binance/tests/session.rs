@@ -2,9 +2,10 @@
 //! routing and the connection's health.
 
 use crate::publish::{Event, StreamState as Published};
+use crate::sequencer::StreamState;
 
 use super::super::{
-    BinanceSession, BinanceSpec, Market, ReconnectReason, SnapshotResult, SpecError, SymbolState,
+    BinanceSession, BinanceSpec, Market, ReconnectReason, SnapshotResult, SpecError,
 };
 use super::{Got, S, Sink, body, check_consumer, depth_frame, feed, session, snapshot_body};
 
@@ -76,7 +77,7 @@ fn futures_follow_pu_and_never_the_spot_test() {
         &depth_frame("btcusd_perp", 121, 130, Some(119)),
     );
     assert_eq!((s.stats(0).breaks, s.stats(0).resyncs), (1, 1));
-    assert_eq!(s.state(0), SymbolState::Buffering);
+    assert_eq!(s.state(0), StreamState::ResetRequired);
     assert_eq!(s.published_state(0), Published::ResetRequired);
     // A futures event without pu is refused.
     feed(
@@ -117,7 +118,10 @@ fn spot_follows_contiguous_ids() {
         (2, 1, 1)
     );
     feed(&mut s, &mut sink, 3, &depth_frame("aaa", 117, 120, None));
-    assert_eq!((s.stats(0).breaks, s.state(0)), (1, SymbolState::Buffering));
+    assert_eq!(
+        (s.stats(0).breaks, s.state(0)),
+        (1, StreamState::ResetRequired)
+    );
     let stream = s.stream_id(0);
     let expected = [
         Got::Begin(stream),
@@ -203,7 +207,7 @@ fn buffering_is_bounded_and_drops_the_oldest() {
     body(&mut s, &mut sink, 2, 0, 75);
     assert_eq!(
         (s.state(0), s.stats(0).applied, s.stats(0).buffered),
-        (SymbolState::Synced, 3, 0)
+        (StreamState::Synced, 3, 0)
     );
     // A break while buffering restarts the chain from the new event.
     let mut s = session(Market::Spot, &["aaa"], |_| {});
@@ -221,7 +225,7 @@ fn a_snapshot_far_ahead_is_given_up() {
     feed(&mut s, &mut sink, 0, &depth_frame("aaa", 1, 5, None));
     let _ = s.poll_snapshot(0);
     body(&mut s, &mut sink, 0, 0, 1 << 60);
-    assert_eq!(s.state(0), SymbolState::Synced);
+    assert_eq!(s.state(0), StreamState::Synced);
     for k in 0..9 {
         feed(
             &mut s,
@@ -232,7 +236,7 @@ fn a_snapshot_far_ahead_is_given_up() {
     }
     assert_eq!(
         (s.state(0), s.stats(0).resyncs),
-        (SymbolState::Buffering, 1)
+        (StreamState::ResetRequired, 1)
     );
 }
 
