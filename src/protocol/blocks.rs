@@ -1,14 +1,229 @@
-//! Checking the length-prefixed message blocks of several datagrams at once.
+//! The one walker of length-prefixed message blocks, for both byte orders.
 //!
-//! MoldUDP64 and IEX-TP carry messages as blocks, each a u16 length and that
-//! many bytes. Where a block starts depends on the length before it, so
-//! checking one datagram is a chain of dependent loads: about one load's
-//! latency per message, however wide the processor. Four datagrams have four
-//! independent chains, and walking them in lockstep lets their loads overlap.
-//! The rx thread receives datagrams in batches, so it has four at hand
-//! whenever the feed is busy.
+//! MoldUDP64 and IEX-TP carry messages as blocks, each a u16 length (big-endian in
+//! MoldUDP64, little-endian in IEX-TP) and that many bytes; a run of messages in a
+//! consumer queue keeps its datagram's blocks as they came. Everything that reads blocks
+//! reads them here:
+//!
+//! - `walk`: checks that a datagram's blocks are exactly `count` well-formed blocks,
+//!   naming the offset of the first that is not (the codecs' decode).
+//! - [`Messages`] and [`SequencedMessages`]: iterate over blocks already checked.
+//! - `exact4` and `decode4`: the same check for four datagrams at once.
+//!
+//! ```text
+//!   +---------+------------+---------+------------+-----
+//!   | len u16 | len bytes  | len u16 | len bytes  | ...
+//!   +---------+------------+---------+------------+-----
+//! ```
+//!
+//! Where a block starts depends on the length before it, so checking one datagram is a
+//! chain of dependent loads: about one load's latency per message, however wide the
+//! processor. Four datagrams have four independent chains, and walking them in lockstep
+//! lets their loads overlap. The rx thread receives datagrams in batches, so it has four
+//! at hand whenever the feed is busy.
 
-/// Byte order of the u16 block lengths.
+use std::iter::FusedIterator;
+
+/// Byte order of the u16 length in front of each block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockLengths {
+    /// MoldUDP64's message blocks.
+    BigEndian,
+    /// IEX-TP's message blocks.
+    LittleEndian,
+}
+
+impl BlockLengths {
+    /// The length stored in `bytes`.
+    #[inline]
+    pub const fn read(self, bytes: [u8; 2]) -> u16 {
+        match self {
+            Self::BigEndian => u16::from_be_bytes(bytes),
+            Self::LittleEndian => u16::from_le_bytes(bytes),
+        }
+    }
+}
+
+/// Why blocks are not exactly the count announced; offsets are in the whole input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlockError {
+    /// The input ended after `found` of `expected` blocks, at `offset`.
+    Missing {
+        offset: usize,
+        expected: u16,
+        found: u16,
+    },
+    /// A block length at `offset` is cut short.
+    TruncatedLength { offset: usize },
+    /// The block at `offset` claims `length` bytes where `available` are left.
+    Overrun {
+        offset: usize,
+        length: usize,
+        available: usize,
+    },
+}
+
+/// Checks that `blocks` holds `count` well-formed blocks in the byte order `lengths`;
+/// `base` is their offset in the input, for errors. Returns the input offset just after
+/// the last one (bytes may follow: the caller decides whether that is an error).
+#[inline]
+pub(crate) fn walk(
+    blocks: &[u8],
+    count: u16,
+    base: usize,
+    lengths: BlockLengths,
+) -> Result<usize, BlockError> {
+    match lengths {
+        BlockLengths::BigEndian => walk_in::<Big>(blocks, count, base),
+        BlockLengths::LittleEndian => walk_in::<Little>(blocks, count, base),
+    }
+}
+
+fn walk_in<O: Order>(blocks: &[u8], count: u16, base: usize) -> Result<usize, BlockError> {
+    let mut pos = 0usize;
+    for found in 0..count {
+        let offset = base.saturating_add(pos);
+        let Some(&[a, b]) = pos.checked_add(2).and_then(|end| blocks.get(pos..end)) else {
+            return Err(if pos >= blocks.len() {
+                BlockError::Missing {
+                    offset,
+                    expected: count,
+                    found,
+                }
+            } else {
+                BlockError::TruncatedLength { offset }
+            });
+        };
+        let length = O::len([a, b]);
+        let data_start = pos.saturating_add(2);
+        let available = blocks.len().saturating_sub(data_start);
+        if length > available {
+            return Err(BlockError::Overrun {
+                offset,
+                length,
+                available,
+            });
+        }
+        pos = data_start.saturating_add(length);
+    }
+    Ok(base.saturating_add(pos))
+}
+
+/// The block at `offset` of `blocks`: its data and the offset of the next block. `None`
+/// when it runs past the end.
+#[inline]
+pub(crate) fn block_at(
+    blocks: &[u8],
+    offset: usize,
+    lengths: BlockLengths,
+) -> Option<(&[u8], usize)> {
+    let end = offset.checked_add(2)?;
+    let &[a, b] = blocks.get(offset..end)? else {
+        return None;
+    };
+    let data_end = end.checked_add(usize::from(lengths.read([a, b])))?;
+    Some((blocks.get(end..data_end)?, data_end))
+}
+
+/// The data of the first `count` blocks of some bytes, in order. It stops early (and
+/// stays stopped) at a block that runs past the end, which blocks checked by `walk`
+/// never do.
+#[derive(Debug, Clone)]
+pub struct Messages<'a> {
+    rest: &'a [u8],
+    remaining: u32,
+    lengths: BlockLengths,
+}
+
+impl<'a> Messages<'a> {
+    /// The first `count` blocks of `blocks`.
+    pub(crate) const fn new(blocks: &'a [u8], count: u32, lengths: BlockLengths) -> Self {
+        Self {
+            rest: blocks,
+            remaining: count,
+            lengths,
+        }
+    }
+
+    /// The bytes after the blocks handed out so far.
+    pub(crate) const fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let Some((data, end)) = block_at(self.rest, 0, self.lengths) else {
+            self.remaining = 0;
+            return None;
+        };
+        self.rest = self.rest.get(end..).unwrap_or_default();
+        self.remaining -= 1;
+        Some(data)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.remaining as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Messages<'_> {}
+impl FusedIterator for Messages<'_> {}
+
+/// `(sequence, data)` of blocks numbered from a first sequence.
+#[derive(Debug, Clone)]
+pub struct SequencedMessages<'a> {
+    messages: Messages<'a>,
+    next: u64,
+}
+
+impl<'a> SequencedMessages<'a> {
+    /// The first `count` blocks of `blocks`, numbered from `first`.
+    pub(crate) const fn new(
+        blocks: &'a [u8],
+        first: u64,
+        count: u32,
+        lengths: BlockLengths,
+    ) -> Self {
+        Self {
+            messages: Messages::new(blocks, count, lengths),
+            next: first,
+        }
+    }
+
+    /// The bytes after the blocks handed out so far.
+    pub(crate) const fn rest(&self) -> &'a [u8] {
+        self.messages.rest()
+    }
+}
+
+impl<'a> Iterator for SequencedMessages<'a> {
+    type Item = (u64, &'a [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        let data = self.messages.next()?;
+        let sequence = self.next;
+        self.next = self.next.wrapping_add(1);
+        Some((sequence, data))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.messages.size_hint()
+    }
+}
+
+impl ExactSizeIterator for SequencedMessages<'_> {}
+impl FusedIterator for SequencedMessages<'_> {}
+
+/// Byte order of the u16 block lengths, as a type, for the lockstep loop.
 pub(crate) trait Order {
     /// The length stored in `bytes`.
     fn len(bytes: [u8; 2]) -> usize;
@@ -242,6 +457,43 @@ mod tests {
             let want = [exact_one(&raw, raw_count), exact_one(&raw, 1), exact_one(&four[0].0, four[0].1), exact_one(&raw, 0)];
             proptest::prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn the_walker_names_what_is_wrong_in_both_byte_orders() {
+        let good = blocks(&[3, 0, 2]);
+        assert_eq!(
+            walk(&good, 3, 10, BlockLengths::BigEndian),
+            Ok(10 + good.len())
+        );
+        assert_eq!(
+            walk(&good, 4, 10, BlockLengths::BigEndian),
+            Err(BlockError::Missing {
+                offset: 10 + good.len(),
+                expected: 4,
+                found: 3
+            })
+        );
+        assert_eq!(
+            walk(&good[..good.len() - 3], 3, 0, BlockLengths::BigEndian),
+            Err(BlockError::TruncatedLength { offset: 7 })
+        );
+        assert_eq!(
+            walk(&good[..4], 1, 0, BlockLengths::BigEndian),
+            Err(BlockError::Overrun {
+                offset: 0,
+                length: 3,
+                available: 2
+            })
+        );
+        let little = [3, 0, 1, 2, 3, 0, 0];
+        assert_eq!(walk(&little, 2, 0, BlockLengths::LittleEndian), Ok(7));
+        let seen: Vec<(u64, &[u8])> =
+            SequencedMessages::new(&little, 9, 2, BlockLengths::LittleEndian).collect();
+        assert_eq!(seen, [(9, &[1u8, 2, 3][..]), (10, &[][..])]);
+        // Stops at a block that runs past the end, and stays stopped.
+        let mut cut = Messages::new(&little[..3], 2, BlockLengths::LittleEndian);
+        assert_eq!((cut.next(), cut.next()), (None, None));
     }
 
     #[test]

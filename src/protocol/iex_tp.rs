@@ -38,9 +38,10 @@
 //! # Ok::<(), gapless::protocol::ProtocolError>(())
 //! ```
 
-use std::iter::FusedIterator;
+use crate::protocol::blocks::{self, BlockError, BlockLengths};
+use crate::protocol::{EncodeError, ensure_capacity, read_array, write_at};
 
-use crate::protocol::{EncodeError, blocks, ensure_capacity, read_array, write_at};
+pub use crate::protocol::blocks::{Messages, SequencedMessages};
 
 /// Length of a segment header.
 pub const HEADER_LEN: usize = 40;
@@ -187,6 +188,32 @@ pub enum DecodeError {
     },
 }
 
+impl From<BlockError> for DecodeError {
+    fn from(e: BlockError) -> Self {
+        match e {
+            BlockError::Missing {
+                offset,
+                expected,
+                found,
+            } => Self::MissingBlocks {
+                offset,
+                expected,
+                found,
+            },
+            BlockError::TruncatedLength { offset } => Self::TruncatedBlockLength { offset },
+            BlockError::Overrun {
+                offset,
+                length,
+                available,
+            } => Self::BlockOverrun {
+                offset,
+                length,
+                available,
+            },
+        }
+    }
+}
+
 impl DecodeError {
     /// Byte position in the input where the problem was found.
     pub const fn offset(&self) -> usize {
@@ -234,7 +261,12 @@ impl<'a> Packet<'a> {
     /// ```
     pub fn decode(buf: &'a [u8]) -> Result<Self, DecodeError> {
         let packet = Self::decode_header(buf)?;
-        let end = walk_blocks(packet.payload, packet.count)?;
+        let end = blocks::walk(
+            packet.payload,
+            packet.count,
+            HEADER_LEN,
+            BlockLengths::LittleEndian,
+        )?;
         if end != buf.len() {
             return Err(DecodeError::TrailingBytes {
                 offset: end,
@@ -397,18 +429,21 @@ impl<'a> Packet<'a> {
 
     /// Iterates over the messages, in order, without allocating.
     pub fn messages(&self) -> Messages<'a> {
-        Messages {
-            rest: self.payload,
-            remaining: self.count,
-        }
+        Messages::new(
+            self.payload,
+            u32::from(self.count),
+            BlockLengths::LittleEndian,
+        )
     }
 
     /// Iterates over `(sequence number, message)` pairs.
     pub fn sequenced_messages(&self) -> SequencedMessages<'a> {
-        SequencedMessages {
-            messages: self.messages(),
-            next: self.header.sequence,
-        }
+        SequencedMessages::new(
+            self.payload,
+            self.header.sequence,
+            u32::from(self.count),
+            BlockLengths::LittleEndian,
+        )
     }
 
     /// The whole segment as received.
@@ -432,105 +467,6 @@ impl<'a> Packet<'a> {
         Ok(writer.finish())
     }
 }
-
-/// Checks that `payload` is exactly `count` well-formed blocks and returns
-/// the input offset just after the last one.
-fn walk_blocks(payload: &[u8], count: u16) -> Result<usize, DecodeError> {
-    let mut pos = 0usize;
-    for found in 0..count {
-        let at = HEADER_LEN.saturating_add(pos);
-        let Some(len) = read_array::<BLOCK_HEADER_LEN>(payload, pos) else {
-            return Err(if pos >= payload.len() {
-                DecodeError::MissingBlocks {
-                    offset: at,
-                    expected: count,
-                    found,
-                }
-            } else {
-                DecodeError::TruncatedBlockLength { offset: at }
-            });
-        };
-        let length = usize::from(u16::from_le_bytes(len));
-        let data_start = pos.saturating_add(BLOCK_HEADER_LEN);
-        let available = payload.len().saturating_sub(data_start);
-        if length > available {
-            return Err(DecodeError::BlockOverrun {
-                offset: at,
-                length,
-                available,
-            });
-        }
-        pos = data_start.saturating_add(length);
-    }
-    Ok(HEADER_LEN.saturating_add(pos))
-}
-
-/// Iterator over the messages of a validated [`Packet`].
-#[derive(Debug, Clone)]
-pub struct Messages<'a> {
-    rest: &'a [u8],
-    remaining: u16,
-}
-
-impl<'a> Iterator for Messages<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.remaining == 0 {
-            return None;
-        }
-        match next_block(self.rest) {
-            Some((data, rest)) => {
-                self.rest = rest;
-                self.remaining = self.remaining.saturating_sub(1);
-                Some(data)
-            }
-            None => {
-                // Unreachable for a validated segment; stay fused regardless.
-                self.remaining = 0;
-                None
-            }
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::from(self.remaining);
-        (n, Some(n))
-    }
-}
-
-impl ExactSizeIterator for Messages<'_> {}
-impl FusedIterator for Messages<'_> {}
-
-fn next_block(buf: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (len, rest) = buf.split_first_chunk::<BLOCK_HEADER_LEN>()?;
-    rest.split_at_checked(usize::from(u16::from_le_bytes(*len)))
-}
-
-/// Iterator over `(sequence number, message)` of a validated [`Packet`].
-#[derive(Debug, Clone)]
-pub struct SequencedMessages<'a> {
-    messages: Messages<'a>,
-    next: u64,
-}
-
-impl<'a> Iterator for SequencedMessages<'a> {
-    type Item = (u64, &'a [u8]);
-
-    fn next(&mut self) -> Option<(u64, &'a [u8])> {
-        let data = self.messages.next()?;
-        let sequence = self.next;
-        self.next = self.next.wrapping_add(1);
-        Some((sequence, data))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.messages.size_hint()
-    }
-}
-
-impl ExactSizeIterator for SequencedMessages<'_> {}
-impl FusedIterator for SequencedMessages<'_> {}
 
 /// Builds a segment in a caller-owned buffer, one message at a time.
 ///

@@ -43,7 +43,7 @@
 )]
 
 pub mod binance;
-mod blocks;
+pub mod blocks;
 pub mod iex_tp;
 pub mod moldudp64;
 pub mod soupbintcp;

@@ -36,10 +36,12 @@
 //! ```
 
 use std::fmt;
-use std::iter::FusedIterator;
 use std::str::FromStr;
 
-use crate::protocol::{EncodeError, blocks, ensure_capacity, read_array, write_at};
+use crate::protocol::blocks::{self, BlockError, BlockLengths};
+use crate::protocol::{EncodeError, ensure_capacity, read_array, write_at};
+
+pub use crate::protocol::blocks::{Messages, SequencedMessages};
 
 /// Length of the session field.
 pub const SESSION_LEN: usize = 10;
@@ -282,6 +284,32 @@ pub enum DecodeError {
     },
 }
 
+impl From<BlockError> for DecodeError {
+    fn from(e: BlockError) -> Self {
+        match e {
+            BlockError::Missing {
+                offset,
+                expected,
+                found,
+            } => Self::MissingBlocks {
+                offset,
+                expected,
+                found,
+            },
+            BlockError::TruncatedLength { offset } => Self::TruncatedBlockLength { offset },
+            BlockError::Overrun {
+                offset,
+                length,
+                available,
+            } => Self::BlockOverrun {
+                offset,
+                length,
+                available,
+            },
+        }
+    }
+}
+
 impl DecodeError {
     /// Byte position in the input where the problem was found.
     pub const fn offset(&self) -> usize {
@@ -356,7 +384,7 @@ impl<'a> Packet<'a> {
     /// ```
     pub fn decode(buf: &'a [u8]) -> Result<Self, DecodeError> {
         let (packet, count) = Self::decode_header(buf)?;
-        let end = walk_blocks(packet.blocks, count, HEADER_LEN)?;
+        let end = blocks::walk(packet.blocks, count, HEADER_LEN, BlockLengths::BigEndian)?;
         if end != buf.len() {
             return Err(DecodeError::TrailingBytes {
                 offset: end,
@@ -475,18 +503,21 @@ impl<'a> Packet<'a> {
 
     /// Iterates over the messages' data, in order, without allocating.
     pub fn messages(&self) -> Messages<'a> {
-        Messages {
-            rest: self.blocks,
-            remaining: self.message_count(),
-        }
+        Messages::new(
+            self.blocks,
+            u32::from(self.message_count()),
+            BlockLengths::BigEndian,
+        )
     }
 
     /// Iterates over `(sequence number, message data)` pairs.
     pub fn sequenced_messages(&self) -> SequencedMessages<'a> {
-        SequencedMessages {
-            messages: self.messages(),
-            next: self.sequence,
-        }
+        SequencedMessages::new(
+            self.blocks,
+            self.sequence,
+            u32::from(self.message_count()),
+            BlockLengths::BigEndian,
+        )
     }
 
     /// The whole packet as received.
@@ -516,107 +547,6 @@ impl<'a> Packet<'a> {
         }
     }
 }
-
-/// Checks that `blocks` holds exactly `count` well-formed blocks; `base` is
-/// their offset in the input. Returns the input offset just after the last one.
-fn walk_blocks(blocks: &[u8], count: u16, base: usize) -> Result<usize, DecodeError> {
-    let mut pos = 0usize;
-    for found in 0..count {
-        let at = base.saturating_add(pos);
-        let Some(len) = read_array::<BLOCK_HEADER_LEN>(blocks, pos) else {
-            return Err(if pos >= blocks.len() {
-                DecodeError::MissingBlocks {
-                    offset: at,
-                    expected: count,
-                    found,
-                }
-            } else {
-                DecodeError::TruncatedBlockLength { offset: at }
-            });
-        };
-        let length = usize::from(u16::from_be_bytes(len));
-        let data_start = pos.saturating_add(BLOCK_HEADER_LEN);
-        let available = blocks.len().saturating_sub(data_start);
-        if length > available {
-            return Err(DecodeError::BlockOverrun {
-                offset: at,
-                length,
-                available,
-            });
-        }
-        pos = data_start.saturating_add(length);
-    }
-    Ok(base.saturating_add(pos))
-}
-
-/// Iterator over the message data of a validated [`Packet`].
-#[derive(Debug, Clone)]
-pub struct Messages<'a> {
-    rest: &'a [u8],
-    remaining: u16,
-}
-
-impl<'a> Iterator for Messages<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.remaining == 0 {
-            return None;
-        }
-        let next = next_block(self.rest);
-        match next {
-            Some((data, rest)) => {
-                self.rest = rest;
-                self.remaining = self.remaining.saturating_sub(1);
-                Some(data)
-            }
-            None => {
-                // Unreachable for a validated packet; stay fused regardless.
-                self.remaining = 0;
-                None
-            }
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::from(self.remaining);
-        (n, Some(n))
-    }
-}
-
-impl ExactSizeIterator for Messages<'_> {}
-impl FusedIterator for Messages<'_> {}
-
-/// Splits one length-prefixed block off the front of `buf`.
-fn next_block(buf: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (len, rest) = buf.split_first_chunk::<BLOCK_HEADER_LEN>()?;
-    rest.split_at_checked(usize::from(u16::from_be_bytes(*len)))
-}
-
-/// Iterator over `(sequence number, message data)` of a validated [`Packet`].
-#[derive(Debug, Clone)]
-pub struct SequencedMessages<'a> {
-    messages: Messages<'a>,
-    next: u64,
-}
-
-impl<'a> Iterator for SequencedMessages<'a> {
-    type Item = (u64, &'a [u8]);
-
-    fn next(&mut self) -> Option<(u64, &'a [u8])> {
-        let data = self.messages.next()?;
-        let sequence = self.next;
-        self.next = self.next.wrapping_add(1);
-        Some((sequence, data))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.messages.size_hint()
-    }
-}
-
-impl ExactSizeIterator for SequencedMessages<'_> {}
-impl FusedIterator for SequencedMessages<'_> {}
 
 /// Builds a data packet in a caller-owned buffer, one message at a time.
 ///

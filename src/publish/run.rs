@@ -38,37 +38,23 @@ pub(crate) const RUN_TAG: u8 = 9;
 /// Length of a run record's header (everything before the blocks).
 pub(crate) const RUN_HEADER_LEN: usize = 28;
 
-/// Byte order of the u16 length in front of each block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockLengths {
-    /// MoldUDP64's message blocks.
-    BigEndian,
-    /// IEX-TP's message blocks.
-    LittleEndian,
+pub use crate::protocol::blocks::BlockLengths;
+use crate::protocol::blocks::SequencedMessages;
+
+/// The wire code of a byte order in a run record.
+const fn code(lengths: BlockLengths) -> u8 {
+    match lengths {
+        BlockLengths::BigEndian => 0,
+        BlockLengths::LittleEndian => 1,
+    }
 }
 
-impl BlockLengths {
-    const fn code(self) -> u8 {
-        match self {
-            Self::BigEndian => 0,
-            Self::LittleEndian => 1,
-        }
-    }
-
-    const fn from_code(code: u8) -> Option<Self> {
-        match code {
-            0 => Some(Self::BigEndian),
-            1 => Some(Self::LittleEndian),
-            _ => None,
-        }
-    }
-
-    #[inline]
-    const fn read(self, bytes: [u8; 2]) -> u16 {
-        match self {
-            Self::BigEndian => u16::from_be_bytes(bytes),
-            Self::LittleEndian => u16::from_le_bytes(bytes),
-        }
+/// The byte order of a wire code.
+const fn from_code(code: u8) -> Option<BlockLengths> {
+    match code {
+        0 => Some(BlockLengths::BigEndian),
+        1 => Some(BlockLengths::LittleEndian),
+        _ => None,
     }
 }
 
@@ -112,7 +98,7 @@ impl<'a> MessageRun<'a> {
         for _ in 0..count {
             messages.next()?;
         }
-        (count > 0 && messages.rest.is_empty() && first.checked_add(u64::from(count)).is_some())
+        (count > 0 && messages.rest().is_empty() && first.checked_add(u64::from(count)).is_some())
             .then_some(run)
     }
 
@@ -166,8 +152,8 @@ impl<'a> MessageRun<'a> {
     }
 
     /// The messages with their sequences, in order.
-    pub fn messages(&self) -> Messages<'a> {
-        Messages::new(self.blocks, self.first, self.count, self.lengths)
+    pub fn messages(&self) -> SequencedMessages<'a> {
+        SequencedMessages::new(self.blocks, self.first, self.count, self.lengths)
     }
 
     /// Each message as the [`Event::Message`] a consumer receives.
@@ -204,7 +190,7 @@ impl<'a> MessageRun<'a> {
         let mut h = [0u8; RUN_HEADER_LEN];
         h[0] = RUN_TAG;
         h[1..3].copy_from_slice(&self.stream.to_le_bytes());
-        h[3] = self.lengths.code();
+        h[3] = code(self.lengths);
         h[4..12].copy_from_slice(&self.first.to_le_bytes());
         h[12..20].copy_from_slice(&self.recv_ns.to_le_bytes());
         h[20..24].copy_from_slice(&self.count.to_le_bytes());
@@ -243,7 +229,7 @@ impl RunHeader {
         (h[0] == RUN_TAG && count > 0 && body.len() - RUN_HEADER_LEN == blocks_len).then_some(())?;
         Some(Self {
             stream: u16::from_le_bytes([h[1], h[2]]),
-            lengths: BlockLengths::from_code(h[3])?,
+            lengths: from_code(h[3])?,
             first: u64_at(4)?,
             recv_ns: u64_at(12)?,
             count,
@@ -251,66 +237,7 @@ impl RunHeader {
     }
 }
 
-/// Reads the block at `offset` of `blocks`: its data and the offset of the
-/// next block. `None` when it runs past the end.
-#[inline]
-pub(crate) fn block_at(
-    blocks: &[u8],
-    offset: usize,
-    lengths: BlockLengths,
-) -> Option<(&[u8], usize)> {
-    let len = blocks.get(offset..offset.checked_add(2)?)?;
-    let len = usize::from(lengths.read([len[0], len[1]]));
-    let start = offset + 2;
-    let end = start.checked_add(len)?;
-    Some((blocks.get(start..end)?, end))
-}
-
-/// Iterator over a run's `(sequence, message)` pairs.
-#[derive(Debug, Clone)]
-pub struct Messages<'a> {
-    rest: &'a [u8],
-    seq: u64,
-    remaining: u32,
-    lengths: BlockLengths,
-}
-
-impl<'a> Messages<'a> {
-    /// The first `count` messages of `blocks`, numbered from `first`; it stops early
-    /// at a block that runs past the end.
-    pub(crate) const fn new(
-        blocks: &'a [u8],
-        first: u64,
-        count: u32,
-        lengths: BlockLengths,
-    ) -> Self {
-        Self {
-            rest: blocks,
-            seq: first,
-            remaining: count,
-            lengths,
-        }
-    }
-}
-
-impl<'a> Iterator for Messages<'a> {
-    type Item = (u64, &'a [u8]);
-
-    fn next(&mut self) -> Option<(u64, &'a [u8])> {
-        if self.remaining == 0 {
-            return None;
-        }
-        let Some((data, end)) = block_at(self.rest, 0, self.lengths) else {
-            self.remaining = 0;
-            return None;
-        };
-        let seq = self.seq;
-        self.rest = self.rest.get(end..).unwrap_or_default();
-        self.seq = self.seq.wrapping_add(1);
-        self.remaining -= 1;
-        Some((seq, data))
-    }
-}
+pub(crate) use crate::protocol::blocks::block_at;
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,9 @@
 //! and length-prefixed messages, with count 0 as a heartbeat. Decoding and the encoding of
 //! re-requests are the only places the two differ.
 
+use crate::protocol::blocks::{BlockLengths, SequencedMessages};
 use crate::protocol::moldudp64::{Request, Session};
 use crate::protocol::{ProtocolError, iex_tp, moldudp64};
-use crate::publish::run::{self, BlockLengths};
 
 /// The wire format of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,8 +107,8 @@ pub struct Datagram<'a> {
 impl<'a> Datagram<'a> {
     /// The messages with their sequences, in order (none for a heartbeat or end of
     /// session).
-    pub fn messages(&self) -> run::Messages<'a> {
-        run::Messages::new(self.blocks, self.seq, u32::from(self.count), self.lengths)
+    pub fn messages(&self) -> SequencedMessages<'a> {
+        SequencedMessages::new(self.blocks, self.seq, u32::from(self.count), self.lengths)
     }
 }
 
