@@ -2,6 +2,15 @@
 //! Binance depth events recorded by hftbacktest (spot, USD-M and COIN-M), decompressed in memory
 //! before any timing.
 
+// A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
+// says so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::fs::File;
 use std::hint::black_box;
 use std::io::Read;

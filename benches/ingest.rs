@@ -12,6 +12,15 @@
 //!
 //! `cargo bench --bench ingest`
 
+// A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
+// says so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;

@@ -4,6 +4,15 @@
 //!
 //! `cargo bench --bench replay`
 
+// A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
+// says so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;

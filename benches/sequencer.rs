@@ -7,6 +7,15 @@
 //!
 //! `cargo bench --bench sequencer`
 
+// A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
+// says so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -12,6 +12,8 @@
 //! - [`sequencer`]: the sans-IO gap detector and slot-ring reorder buffer.
 //! - [`config`]: the TOML configuration, validated as a whole with precise errors.
 
+#[cfg(test)]
+mod boundary;
 pub mod capture;
 pub mod client;
 pub mod config;

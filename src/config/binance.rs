@@ -256,7 +256,7 @@ fn update_speed(
     let allowed: &[&str] = if market.is_futures() {
         UpdateSpeed::KEYWORDS
     } else {
-        &UpdateSpeed::KEYWORDS[1..]
+        UpdateSpeed::KEYWORDS.get(1..).unwrap_or_default()
     };
     let speed = UpdateSpeed::from_keyword(field.get_ref())
         .filter(|s| market.is_futures() || *s != UpdateSpeed::Realtime);

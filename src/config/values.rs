@@ -155,7 +155,9 @@ impl MoldSession {
             return None;
         }
         let mut bytes = [b' '; 10];
-        bytes[..session.len()].copy_from_slice(session.as_bytes());
+        bytes
+            .get_mut(..session.len())?
+            .copy_from_slice(session.as_bytes());
         Some(Self(bytes))
     }
 

@@ -204,7 +204,7 @@ impl RecvBatch {
 
     /// The header of received datagram `i`, if `i` is below [`len`](Self::len).
     fn header(&self, i: usize) -> Option<&libc::mmsghdr> {
-        self.headers[..self.received].get(i)
+        self.headers.get(..self.received)?.get(i)
     }
 
     /// The datagram's length on the wire (with `MSG_TRUNC` the kernel reports the full length
@@ -261,7 +261,7 @@ impl RecvBatch {
         // `msg_controllen` is `size_t` on glibc but `socklen_t` on musl.
         #[allow(clippy::unnecessary_cast)]
         let used = (header.msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
-        kernel_timestamp_ns(&control[..used])
+        kernel_timestamp_ns(control.get(..used)?)
     }
 
     /// Datagram `i` with all its attributes, or `None` past [`len`](Self::len).

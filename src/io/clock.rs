@@ -173,14 +173,17 @@ pub fn kernel_timestamp_ns(control: &[u8]) -> Option<u64> {
 
 /// Decodes a native-endian `struct timespec` of two 64-bit or two 32-bit fields.
 fn timespec_ns(data: &[u8]) -> Option<u64> {
+    fn field<const N: usize>(data: &[u8], at: usize) -> Option<[u8; N]> {
+        data.get(at..at.checked_add(N)?)?.try_into().ok()
+    }
     let (secs, nanos) = match data.len() {
         16 => (
-            i64::from_ne_bytes(data[..8].try_into().ok()?),
-            i64::from_ne_bytes(data[8..16].try_into().ok()?),
+            i64::from_ne_bytes(field(data, 0)?),
+            i64::from_ne_bytes(field(data, 8)?),
         ),
         8 => (
-            i64::from(i32::from_ne_bytes(data[..4].try_into().ok()?)),
-            i64::from(i32::from_ne_bytes(data[4..8].try_into().ok()?)),
+            i64::from(i32::from_ne_bytes(field(data, 0)?)),
+            i64::from(i32::from_ne_bytes(field(data, 4)?)),
         ),
         _ => return None,
     };

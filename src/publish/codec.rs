@@ -87,7 +87,7 @@ impl<'a> Event<'a> {
         };
         let dst = out.get_mut(..needed).ok_or(too_small)?;
         let (head, body) = dst.split_at_mut(header_len);
-        head.copy_from_slice(&header[..header_len]);
+        head.copy_from_slice(header.get(..header_len).ok_or(too_small)?);
         body.copy_from_slice(payload);
         Ok(needed)
     }

@@ -183,10 +183,16 @@ fn looks_like_object(text: &str) -> bool {
 }
 
 fn push_hex(line: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    fn digit(nibble: u8) -> char {
+        char::from(if nibble < 10 {
+            b'0' + nibble
+        } else {
+            b'a' + (nibble & 0xf) - 10
+        })
+    }
     for &b in bytes {
-        line.push(char::from(HEX[usize::from(b >> 4)]));
-        line.push(char::from(HEX[usize::from(b & 0xf)]));
+        line.push(digit(b >> 4));
+        line.push(digit(b & 0xf));
     }
 }
 

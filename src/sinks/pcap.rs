@@ -65,18 +65,24 @@ impl PcapTap {
         for part in [&header[..], payload] {
             let mut rest = part;
             while !rest.is_empty() {
-                let (dst, offset) = if filled < a.len() {
-                    (&mut a[filled..], filled)
+                let dst = if filled < a.len() {
+                    a.get_mut(filled..)
                 } else {
-                    (&mut b[filled - a.len()..], filled)
+                    b.get_mut(filled - a.len()..)
                 };
+                let Some(dst) = dst else { break };
                 let n = rest.len().min(dst.len());
+                let (Some(src), Some(dst), Some(left)) =
+                    (rest.get(..n), dst.get_mut(..n), rest.get(n..))
+                else {
+                    break;
+                };
                 if n == 0 {
                     break;
                 }
-                rest[..n].copy_to_uninit(&mut dst[..n]);
-                rest = &rest[n..];
-                filled = offset + n;
+                src.copy_to_uninit(dst);
+                rest = left;
+                filled += n;
             }
         }
         if filled == total {
@@ -211,12 +217,15 @@ fn next_record(
         header[4], header[5], header[6], header[7], header[8], header[9], header[10], header[11],
     ]);
     let addr = |at: usize| {
-        SocketAddrV4::new(
-            Ipv4Addr::new(header[at], header[at + 1], header[at + 2], header[at + 3]),
-            u16::from_le_bytes([header[at + 4], header[at + 5]]),
-        )
+        let &[a, b, c, d, p0, p1] = header.get(at..at + 6)? else {
+            return None;
+        };
+        Some(SocketAddrV4::new(
+            Ipv4Addr::new(a, b, c, d),
+            u16::from_le_bytes([p0, p1]),
+        ))
     };
-    Some((ts, addr(12), addr(18)))
+    Some((ts, addr(12)?, addr(18)?))
 }
 
 #[cfg(test)]

@@ -1,6 +1,15 @@
 //! The hot paths allocate nothing in steady state: a counting global allocator (one per
 //! test binary, so these share one) watches the sequencer, a venue and the consumer queue.
 
+// A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
+// says so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -270,7 +270,9 @@ impl Requester {
                 });
                 self.inflight_count += 1;
                 self.tokens_ns -= per_token;
-                let server = self.servers[self.server % self.servers.len()];
+                let Some(&server) = self.servers.get(self.server % self.servers.len()) else {
+                    return Plan::Wait;
+                };
                 send(server, chunk);
                 if to == u64::MAX {
                     break;
