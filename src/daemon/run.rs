@@ -52,13 +52,14 @@ pub enum DaemonError {
     /// A venue's sockets could not be opened, joined or registered.
     #[error(transparent)]
     Socket(#[from] RxError),
-    /// A sink could not start.
-    #[error("sink {path}: {reason}")]
+    /// A sink could not start, or did not finish cleanly.
+    #[error("sink {path}: {source}")]
     Sink {
         /// The sink's path.
         path: PathBuf,
         /// What failed.
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The rx thread could not start, or failed.
     #[error("rx thread: {0}")]
@@ -67,12 +68,13 @@ pub enum DaemonError {
     #[error("rx thread: {0}")]
     Pin(crate::io::IoError),
     /// The metrics endpoint could not start.
-    #[error("metrics endpoint {addr}: {reason}")]
+    #[error("metrics endpoint {addr}: {source}")]
     Metrics {
         /// The configured address.
         addr: std::net::SocketAddr,
         /// What failed.
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A venue could not be set up.
     #[error(transparent)]
@@ -171,7 +173,7 @@ impl Daemon {
                     let handle = JsonlSink::create(path, consumer, names.clone()).map_err(|e| {
                         DaemonError::Sink {
                             path: path.clone(),
-                            reason: e.to_string(),
+                            source: Box::new(e),
                         }
                     })?;
                     registry.add_consumer(
@@ -198,7 +200,7 @@ impl Daemon {
                     let mut handle =
                         UnixSink::start(path, bytes, &table).map_err(|e| DaemonError::Sink {
                             path: path.clone(),
-                            reason: e.to_string(),
+                            source: Box::new(e),
                         })?;
                     if let Some(p) = handle.take_producer() {
                         registry.add_consumer(
@@ -216,7 +218,7 @@ impl Daemon {
                     let (tap, handle) = crate::sinks::pcap::start(path, *rotate_bytes, 64 << 20)
                         .map_err(|e| DaemonError::Sink {
                             path: path.clone(),
-                            reason: e.to_string(),
+                            source: Box::new(e),
                         })?;
                     recorder = Some((tap, handle));
                 }
@@ -227,7 +229,7 @@ impl Daemon {
             Exporter::start(daemon.metrics_listen, Arc::clone(&registry)).map_err(|e| {
                 DaemonError::Metrics {
                     addr: daemon.metrics_listen,
-                    reason: e.to_string(),
+                    source: Box::new(e),
                 }
             })?;
         let shared = RxShared {
@@ -396,14 +398,14 @@ impl Running {
         for handle in self.jsonl {
             handle.stop().map_err(|e| DaemonError::Sink {
                 path: PathBuf::from("jsonl"),
-                reason: e.to_string(),
+                source: Box::new(e),
             })?;
         }
         for handle in self.unix {
             let path = handle.path().to_path_buf();
             handle.stop().map_err(|e| DaemonError::Sink {
                 path,
-                reason: e.to_string(),
+                source: Box::new(e),
             })?;
         }
         if let Some(pcap) = self.pcap.take() {

@@ -5,7 +5,7 @@
 use mio::{Registry, Token};
 
 use crate::io::clock::Clock;
-use crate::io::ws::{CLOSE_ABNORMAL, WsClient, WsStatus};
+use crate::io::ws::{CLOSE_ABNORMAL, WsClient, WsError, WsStatus};
 use crate::publish::fanout::Fanout;
 use crate::time::{Mono, Wall};
 use crate::venue::{ConnEvent, ConnId, Venue};
@@ -50,7 +50,7 @@ impl Conns {
         venue: usize,
         conn: ConnId,
         url: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), WsError> {
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
             None => {
@@ -58,8 +58,7 @@ impl Conns {
                 self.slots.len() - 1
             }
         };
-        let ws = WsClient::connect(url, registry, Token(self.base + slot))
-            .map_err(|e| format!("connect to {url}: {e}"))?;
+        let ws = WsClient::connect(url, registry, Token(self.base + slot))?;
         if let Some(s) = self.slots.get_mut(slot) {
             *s = Some(Conn {
                 venue,

@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mio::Waker;
 
 use crate::io::fetch::SnapshotFetcher;
+use crate::io::http::HttpError;
 use crate::io::soup::{SnapshotReply, SoupTask, spawn_fetch};
 use crate::venue::{Fetch, FetchId, FetchReply};
 
@@ -16,6 +17,32 @@ use crate::venue::{Fetch, FetchId, FetchReply};
 const HTTP_QUEUE: usize = 64;
 /// Results waiting for the rx loop at most; a fetch thread waits for room.
 const RESULTS: usize = 65_536;
+
+/// Why a fetch could not start.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// The HTTP worker for a server could not start.
+    #[error("snapshot client for {base}: {source}")]
+    Client {
+        base: String,
+        #[source]
+        source: HttpError,
+    },
+    /// The worker refused the request (its queue is full, or it stopped).
+    #[error("GET {url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: HttpError,
+    },
+    /// The SoupBinTCP fetch thread could not start.
+    #[error("snapshot thread for {addr}: {source}")]
+    Thread {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// What a fetch produced, owned until the rx loop hands it to its venue.
 #[derive(Debug)]
@@ -104,7 +131,7 @@ impl FetchService {
         id: FetchId,
         what: Fetch,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         match what {
             Fetch::Http { url } => {
                 let (base, path) = split_url(&url);
@@ -125,7 +152,10 @@ impl FetchService {
                                 let _ = waker.wake();
                             },
                         )
-                        .map_err(|e| format!("snapshot client for {base}: {e}"))?;
+                        .map_err(|source| StartError::Client {
+                            base: base.to_string(),
+                            source,
+                        })?;
                         self.http.push(HttpWorker {
                             venue,
                             base: base.to_string(),
@@ -135,14 +165,14 @@ impl FetchService {
                         self.http.len() - 1
                     }
                 };
-                let worker = self
-                    .http
-                    .get(worker)
-                    .ok_or_else(|| "no snapshot client".to_string())?;
-                worker
-                    .fetcher
-                    .request(id.0, path)
-                    .map_err(|e| format!("GET {url}: {e}"))
+                let request = match self.http.get(worker) {
+                    Some(w) => w.fetcher.request(id.0, path),
+                    None => Err(HttpError::Stopped),
+                };
+                request.map_err(|source| StartError::Request {
+                    url: url.clone(),
+                    source,
+                })
             }
             Fetch::Soup {
                 addr,
@@ -168,7 +198,7 @@ impl FetchService {
                     sent
                 })
                 .map(|_| ())
-                .map_err(|e| format!("snapshot thread for {addr}: {e}"))
+                .map_err(|source| StartError::Thread { addr, source })
             }
         }
     }

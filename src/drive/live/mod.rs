@@ -383,7 +383,8 @@ impl RxLoop {
             match request {
                 IoRequest::Open { conn, url } => {
                     crate::log_debug!("{}: connecting to {url}", venue.name());
-                    if let Err(reason) = self.conns.open(self.poll.registry(), v, conn, &url) {
+                    if let Err(e) = self.conns.open(self.poll.registry(), v, conn, &url) {
+                        let reason = format!("connect to {url}: {e}");
                         crate::log_warn!("{}: {reason}", venue.name());
                         venue.handle_connection(
                             now,
@@ -410,7 +411,8 @@ impl RxLoop {
                     ..
                 } => {
                     let timeout = Duration::from_nanos(timeout_ns);
-                    if let Err(reason) = self.fetches.start(v, id, what, timeout) {
+                    if let Err(e) = self.fetches.start(v, id, what, timeout) {
+                        let reason = e.to_string();
                         crate::log_warn!("{}: snapshot not started: {reason}", venue.name());
                         venue.handle_fetch(
                             now,
