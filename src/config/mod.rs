@@ -58,7 +58,7 @@
 //! | `group` | multicast IPv4 address and non-zero port, unique in the venue | required |
 //! | `interface` | local IPv4 address to join on | `"0.0.0.0"` |
 //! | `source` | unicast IPv4 sender address (source-specific multicast) | any sender |
-//! | `session` | moldudp64: 1..=10 printable ASCII characters; iex-tp: a u32 as integer or string | the first seen |
+//! | `session` | the session expected first, not a filter: its datagrams are taken from the first one on, while any other session (the first seen, when the key is absent) is adopted only after `session_confirm` datagrams in a row; adopting another before one datagram of this one was seen logs a warning naming both. moldudp64: 1..=10 printable ASCII characters; iex-tp: a u32 as integer or string | none: the first seen, once confirmed |
 //! | `rerequest` | unicast IPv4 addresses and ports, tried in order | none |
 //! | `snapshot` | `{ kind = "soupbintcp", addr, username (<= 6), password (<= 10) }` | none |
 //! | `rcvbuf` | `SO_RCVBUF` bytes, 4096..=2^31-1 | 67108864 |
@@ -79,6 +79,8 @@
 //! | `reset_threshold` | 0 (off) or more | 1000000 |
 //! | `session_confirm` | 1..=16 datagrams of another session in a row that adopt it when the current one has not announced its end (1: at once) | 3 |
 //! | `snapshot_timeout_ms` | 1..=3600000 | 10000 |
+//! | `gap_policy` | `"hold"`: nothing past an unrecovered gap is delivered; once every re-request server spent its `retry_budget` (and no snapshot helps) the stream latches `reset_required` until the next session. `"skip"`: a gap still open after `gap_deadline_ms`, or once the budget is spent, is declared lost (a `gap` event with its range) and delivery goes on | `"hold"` |
+//! | `gap_deadline_ms` | 1..=3600000; with `gap_policy = "skip"` only | 1000 |
 //!
 //! `[[sink]]`, any number, paths unique:
 //!
@@ -104,7 +106,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position};
 pub use schema::{
-    Buffering, Channel, Daemon, Idle, LogLevel, Market, Recovery, Sink, Snapshot, Start,
+    Buffering, Channel, Daemon, GapPolicy, Idle, LogLevel, Market, Recovery, Sink, Snapshot, Start,
     UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{

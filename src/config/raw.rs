@@ -134,6 +134,8 @@ pub(super) struct RawRecovery {
     pub reset_threshold: Field<i64>,
     pub session_confirm: Field<i64>,
     pub snapshot_timeout_ms: Field<i64>,
+    pub gap_policy: Field<String>,
+    pub gap_deadline_ms: Field<i64>,
 }
 
 impl RawRecovery {
@@ -148,6 +150,8 @@ impl RawRecovery {
             ("max_replay", span(&self.max_replay)),
             ("reset_threshold", span(&self.reset_threshold)),
             ("session_confirm", span(&self.session_confirm)),
+            ("gap_policy", span(&self.gap_policy)),
+            ("gap_deadline_ms", span(&self.gap_deadline_ms)),
         ];
         keys.into_iter()
             .filter_map(|(k, s)| Some((k, s?)))

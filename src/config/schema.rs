@@ -51,6 +51,18 @@ keyword_enum! {
 }
 
 keyword_enum! {
+    /// What a multicast venue does with a gap nothing recovers in time.
+    pub enum GapPolicy {
+        /// Deliver nothing past the gap: after the re-request budget is spent (and no
+        /// snapshot helps) the stream latches `reset_required` until the next session.
+        Hold = "hold",
+        /// Declare the gap lost after `gap_deadline_ms` (or once the re-request budget is
+        /// spent): consumers get a `gap` event with its range and delivery goes on.
+        Skip = "skip",
+    }
+}
+
+keyword_enum! {
     /// Which Binance market a venue reads.
     pub enum Market {
         /// Spot.
@@ -224,7 +236,8 @@ pub struct Channel<S> {
     pub interface: Ipv4Addr,
     /// Accept packets from this source only (source-specific multicast).
     pub source: Option<Ipv4Addr>,
-    /// The session expected; `None` adopts the first one seen.
+    /// The session expected first (not a filter): its datagrams are taken at once, any
+    /// other session only once confirmed; `None` adopts the first one seen, once confirmed.
     pub session: Option<S>,
     /// Re-request servers, tried in order.
     pub rerequest: Vec<SocketAddrV4>,
@@ -302,6 +315,11 @@ pub struct Recovery {
     pub session_confirm: u32,
     /// A snapshot not complete by then is abandoned and tried again.
     pub snapshot_timeout: Duration,
+    /// What a gap nothing recovers leads to.
+    pub gap_policy: GapPolicy,
+    /// With [`GapPolicy::Skip`]: a gap still open this long after it appeared is declared
+    /// lost.
+    pub gap_deadline: Duration,
 }
 
 impl Default for Recovery {
@@ -321,6 +339,8 @@ impl Default for Recovery {
             reset_threshold: Some(1_000_000),
             session_confirm: 3,
             snapshot_timeout: Duration::from_millis(10_000),
+            gap_policy: GapPolicy::Hold,
+            gap_deadline: Duration::from_millis(1_000),
         }
     }
 }

@@ -10,7 +10,7 @@ use super::check::{NAME, one_of};
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{RawRecovery, RawVenue};
-use super::schema::{Buffering, Channel, Recovery, Start, Venue, VenueKind};
+use super::schema::{Buffering, Channel, GapPolicy, Recovery, Start, Venue, VenueKind};
 use super::values::keyword_enum;
 
 keyword_enum! {
@@ -230,7 +230,35 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
         d.snapshot_timeout,
         report,
     );
+    let gap_policy = match &raw.gap_policy {
+        None => Some(d.gap_policy),
+        Some(f) => report.keyword(
+            f,
+            &path.key("gap_policy"),
+            GapPolicy::KEYWORDS,
+            GapPolicy::from_keyword,
+        ),
+    };
+    let gap_deadline = millis(
+        &raw.gap_deadline_ms,
+        &path.key("gap_deadline_ms"),
+        1..=3_600_000,
+        d.gap_deadline,
+        report,
+    );
+    if let (Some(GapPolicy::Hold), Some(f)) = (gap_policy, &raw.gap_deadline_ms) {
+        // Hold never declares a gap lost: a deadline here would be silently ignored.
+        report.push(
+            ErrorKind::InvalidValue,
+            &f.span(),
+            &path.key("gap_deadline_ms"),
+            format!("{} with gap_policy = \"hold\"", report.quote(&f.span())),
+            "gap_deadline_ms only with gap_policy = \"skip\" (hold never declares a gap lost)",
+        );
+    }
     Some(Recovery {
+        gap_policy: gap_policy?,
+        gap_deadline: gap_deadline?,
         buffering: buffering?,
         reorder_delay: reorder_delay?,
         request_timeout: request_timeout?,

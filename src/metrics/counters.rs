@@ -156,9 +156,10 @@ macro_rules! stream_series {
 //
 // Not exported on purpose: `ChannelStats::stale_session` and the
 // sequencer's `stale` are summed into `gapless_stale_total`;
-// `snapshots_done` equals the sequencer's `resyncs`
-// (`gapless_snapshot_resyncs_total`: every completed snapshot resyncs the
-// stream); the sequencer's `recovered` counts the same frames as the
+// the sequencer's `resyncs`, which also counts the resyncs of a session
+// change and of a gap declared lost (`gapless_snapshot_resyncs_total` counts
+// completed snapshots only, so an alert on it does not fire at every
+// rollover); the sequencer's `recovered` counts the same frames as the
 // session's `recovered`; the sequencer's `resets` count the session
 // changes (`gapless_session_changes_total`).
 stream_series! {
@@ -197,7 +198,7 @@ stream_series! {
     SnapshotMessages snapshot_messages: Counter "gapless_snapshot_messages_total"
         "Snapshot messages passed to consumers." = |s| s.snapshot_messages;
     SnapshotResyncs snapshot_resyncs: Counter "gapless_snapshot_resyncs_total"
-        "Resyncs of the stream from a snapshot." = |s| s.sequencer.resyncs;
+        "Resyncs of the stream from a completed snapshot." = |s| s.snapshots_done;
     Duplicates duplicates: Counter "gapless_duplicates_total"
         "Duplicate frames dropped." = |s| s.sequencer.duplicates;
     Stale stale: Counter "gapless_stale_total"
@@ -227,6 +228,9 @@ stream_series! {
         "Gaps declared lost and skipped." = |s| s.gaps_lost;
     MessagesLost messages_lost: Counter "gapless_messages_lost_total"
         "Messages in gaps declared lost." = |s| s.messages_lost;
+    RecoveryExhausted recovery_exhausted: Counter "gapless_recovery_exhausted_total"
+        "Times re-requests gave up with no snapshot to help (gap_policy hold: the stream latched reset_required)."
+        = |s| s.recovery_exhausted;
     ResetsSuspected resets_suspected: Counter "gapless_resets_suspected_total"
         "Backward sequence jumps large enough to suggest a publisher restart."
         = |s| s.sequencer.reset_suspected;
@@ -446,6 +450,7 @@ mod tests {
             gaps_lost: 19,
             messages_lost: 20,
             arena_full: 21,
+            recovery_exhausted: 22,
             sequencer: StreamStats {
                 delivered: 101,
                 gaps: 102,
@@ -485,6 +490,7 @@ mod tests {
             (Series::GapsLost, 19),
             (Series::MessagesLost, 20),
             (Series::ArenaFull, 21),
+            (Series::RecoveryExhausted, 22),
             (Series::FramesDelivered, 101),
             (Series::GapsDetected, 102),
             (Series::MessagesMissing, 103),
@@ -493,7 +499,7 @@ mod tests {
             (Series::Duplicates, 106),
             (Series::ResetsSuspected, 109),
             (Series::ReorderOverflows, 110),
-            (Series::SnapshotResyncs, 111),
+            (Series::SnapshotResyncs, 16),
             (Series::InvalidFrames, 113),
             (Series::DroppedResetRequired, 114),
             // Only the rx loop knows these.

@@ -36,7 +36,7 @@ pub mod udp;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-pub use notice::{EpochLabel, Notice, NoticeLevel, Notices};
+pub use notice::{EpochLabel, LostReason, Notice, NoticeLevel, Notices};
 pub use timer::{Timer, TimerTable};
 pub use udp::recovery::RequestPolicy;
 pub use udp::wire::{SessionKey, Wire};
@@ -571,8 +571,11 @@ pub struct ChannelStats {
     pub snapshots_failed: u64,
     /// Snapshot messages passed to consumers.
     pub snapshot_messages: u64,
-    /// Gaps declared lost ([`GapPolicy::Skip`]).
+    /// Gaps declared lost ([`GapPolicy::Skip`], or the tail of a session that ended).
     pub gaps_lost: u64,
+    /// Times re-requests gave up with no snapshot to help, under [`GapPolicy::Hold`]: the
+    /// stream latched `reset_required`.
+    pub recovery_exhausted: u64,
     /// Messages in gaps declared lost.
     pub messages_lost: u64,
     /// Messages that could not be kept for reordering (no free datagram slot).

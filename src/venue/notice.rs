@@ -65,6 +65,33 @@ impl fmt::Display for EpochLabel {
     }
 }
 
+/// Why a gap was declared lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostReason {
+    /// It was still open at its deadline (`gap_deadline_ms`).
+    Deadline,
+    /// Every re-request server spent its retry budget on it.
+    Exhausted,
+    /// The channel has neither a re-request server nor a snapshot service.
+    NoRecoveryPath,
+    /// Its session ended and the next one began before it was recovered.
+    SessionEnded,
+    /// The input ended (a replay) with it still open.
+    EndOfInput,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Deadline => "still open at its deadline (gap_deadline_ms)",
+            Self::Exhausted => "every re-request server spent its retry budget",
+            Self::NoRecoveryPath => "the channel has no re-request server and no snapshot",
+            Self::SessionEnded => "its session ended before it was recovered",
+            Self::EndOfInput => "the input ended",
+        })
+    }
+}
+
 /// Something a venue decided or saw that an operator should be able to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
@@ -77,6 +104,16 @@ pub enum Notice {
         /// Epoch changes of the stream so far.
         changes: u64,
     },
+    /// A channel configured with a session adopted another one before a single datagram
+    /// of the configured session was seen: the configured value is likely wrong.
+    UnexpectedEpoch {
+        /// The venue's stream.
+        stream: usize,
+        /// The epoch configured.
+        expected: EpochLabel,
+        /// The epoch adopted.
+        adopted: EpochLabel,
+    },
     /// Datagrams of an epoch that was never adopted were dropped (strays on the group).
     StraysDropped {
         /// The venue's stream.
@@ -86,16 +123,35 @@ pub enum Notice {
         /// Dropped in all.
         total: u64,
     },
-    /// Gaps nothing could recover were declared lost ([`GapPolicy::Skip`](super::GapPolicy)).
+    /// Gaps nothing could recover were declared lost: reported at most once a second per
+    /// stream, covering every gap declared lost since the last report.
     GapsLost {
         /// The venue's stream.
         stream: usize,
-        /// The first sequence lost.
+        /// The first sequence of the first gap in the report.
         from: u64,
-        /// The last sequence lost.
+        /// The last sequence of the last gap in the report.
         to: u64,
+        /// Gaps in the report.
+        gaps: u64,
+        /// Messages in the report.
+        messages: u64,
         /// Messages lost on the stream so far.
         total: u64,
+        /// Why the last of them was declared lost.
+        reason: LostReason,
+    },
+    /// Re-requests gave up on a gap and no snapshot could help, under
+    /// [`GapPolicy::Hold`](super::GapPolicy): the stream latches `reset_required`.
+    RecoveryExhausted {
+        /// The venue's stream.
+        stream: usize,
+        /// The first sequence missing.
+        from: u64,
+        /// Messages missing.
+        missing: u64,
+        /// Whether the channel has re-request servers at all.
+        servers: bool,
     },
     /// The venue replaces a connection.
     Reconnecting {
@@ -134,8 +190,10 @@ impl Notice {
     pub fn level(&self) -> NoticeLevel {
         match self {
             Self::EpochChanged { .. }
+            | Self::UnexpectedEpoch { .. }
             | Self::StraysDropped { .. }
             | Self::GapsLost { .. }
+            | Self::RecoveryExhausted { .. }
             | Self::ConnectionLost { .. }
             | Self::Dropped { .. } => NoticeLevel::Warn,
             Self::Reconnecting { .. } | Self::SnapshotRequested { .. } => NoticeLevel::Info,
@@ -146,8 +204,10 @@ impl Notice {
     pub fn stream(&self) -> Option<usize> {
         match self {
             Self::EpochChanged { stream, .. }
+            | Self::UnexpectedEpoch { stream, .. }
             | Self::StraysDropped { stream, .. }
             | Self::GapsLost { stream, .. }
+            | Self::RecoveryExhausted { stream, .. }
             | Self::SnapshotRequested { stream, .. } => Some(*stream),
             Self::Reconnecting { .. } | Self::ConnectionLost { .. } | Self::Dropped { .. } => None,
         }
@@ -161,18 +221,58 @@ impl fmt::Display for Notice {
                 f,
                 "session changed to {label:?} (change {changes}): the stream restarts"
             ),
+            Self::UnexpectedEpoch {
+                expected, adopted, ..
+            } => write!(
+                f,
+                "the configured session {expected:?} was never seen; the feed's session \
+                 {adopted:?} was adopted after confirmation: check the channel's `session` key"
+            ),
             Self::StraysDropped { dropped, total, .. } => write!(
                 f,
                 "{dropped} datagrams of another session dropped ({total} in all): a stray \
                  sender on the group? the channel's `source` keeps it out"
             ),
             Self::GapsLost {
-                from, to, total, ..
-            } => write!(
-                f,
-                "messages {from}..={to} declared lost: nothing could recover them \
-                 ({total} lost in all)"
-            ),
+                from,
+                to,
+                gaps,
+                messages,
+                total,
+                reason,
+                ..
+            } => {
+                if *gaps == 1 {
+                    write!(f, "messages {from}..={to} declared lost")?;
+                } else {
+                    write!(
+                        f,
+                        "{gaps} gaps ({messages} messages) between {from} and {to} declared lost"
+                    )?;
+                }
+                write!(f, ": {reason} ({total} lost in all)")
+            }
+            Self::RecoveryExhausted {
+                from,
+                missing,
+                servers,
+                ..
+            } => {
+                if *servers {
+                    write!(f, "re-requests gave up on {missing} messages from {from}")?;
+                } else {
+                    write!(
+                        f,
+                        "{missing} messages missing from {from} and no re-request server"
+                    )?;
+                }
+                write!(
+                    f,
+                    ", and no snapshot service helps: with gap_policy = \"hold\" the stream \
+                     stays reset_required until the next session (gap_policy = \"skip\" \
+                     reports such gaps and goes on)"
+                )
+            }
             Self::Reconnecting { conn, why } => {
                 write!(f, "connection {}: reconnecting ({why})", conn.0)
             }

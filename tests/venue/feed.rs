@@ -11,8 +11,8 @@ use gapless::sequencer::StreamState;
 use gapless::time::{Mono, Wall};
 use gapless::venue::udp::LineSpec;
 use gapless::venue::{
-    ChannelSpec, FeedSpec, Fetch, FetchId, FetchReply, GapPolicy, IoRequest, SessionKey,
-    SnapshotSpec, UdpVenue, Venue, Via, Wire,
+    ChannelSpec, FeedSpec, Fetch, FetchId, FetchReply, GapPolicy, IoRequest, LostReason, Notice,
+    SessionKey, SnapshotSpec, UdpVenue, Venue, Via, Wire,
 };
 
 const MS: u64 = 1_000_000;
@@ -103,6 +103,9 @@ struct Harness {
     published_to: u64,
     server_alive: bool,
     answer_limit: u64,
+    /// Sessions published before the current one, with their last sequence: the server
+    /// still answers for them.
+    earlier: Vec<(Session, u64)>,
 }
 
 impl Harness {
@@ -115,6 +118,7 @@ impl Harness {
             published_to: 0,
             server_alive: true,
             answer_limit: 8,
+            earlier: Vec::new(),
         }
     }
 
@@ -141,14 +145,20 @@ impl Harness {
     fn serve(&mut self) {
         while let Some(tx) = self.feed.poll_transmit() {
             let req = Request::decode(&tx.bytes[..tx.len]).unwrap();
-            if !self.server_alive || req.session != self.session || req.sequence > self.published_to
-            {
+            let published_to = if req.session == self.session {
+                self.published_to
+            } else if let Some(&(_, to)) = self.earlier.iter().find(|(s, _)| *s == req.session) {
+                to
+            } else {
+                continue;
+            };
+            if !self.server_alive || req.sequence > published_to {
                 continue;
             }
             let count = u64::from(req.count)
                 .min(self.answer_limit)
-                .min(self.published_to - req.sequence + 1);
-            let answer = packet(self.session, req.sequence, count);
+                .min(published_to - req.sequence + 1);
+            let answer = packet(req.session, req.sequence, count);
             self.datagram(&answer, Via::Unicast);
         }
     }
@@ -604,7 +614,7 @@ fn end_of_session_requests_what_is_missing_then_closes() {
 }
 
 #[test]
-fn without_recovery_a_gap_holds_the_stream_unsynced() {
+fn without_recovery_a_gap_latches_the_stream_says_so_and_the_loop_goes_quiet() {
     let mut h = Harness::new(spec(false, false));
     let p = h.publish(1, 5);
     h.datagram(&p, Via::Multicast);
@@ -613,8 +623,183 @@ fn without_recovery_a_gap_holds_the_stream_unsynced() {
     h.datagram(&p, Via::Multicast);
     h.run_for(100 * MS);
     assert_exactly(&h.delivered(), 1, 5);
-    assert_eq!(h.feed.state(0), StreamState::DirtySyncPending);
-    assert_eq!(h.states().last(), Some(&Published::DirtySyncPending));
+    // gap_policy = "hold" with nothing to recover from: a clear state, told once, and no
+    // timer left armed (a past deadline would spin the rx loop).
+    assert_eq!(h.feed.state(0), StreamState::ResetRequired);
+    assert_eq!(h.states().last(), Some(&Published::ResetRequired));
+    assert_eq!(h.feed.stats(0).recovery_exhausted, 1);
+    assert_eq!(h.feed.poll_timeout(), None, "{:?}", h.feed.armed_timers());
+    let notices = notices(&mut h);
+    assert!(
+        notices.iter().any(|n| matches!(
+            n,
+            Notice::RecoveryExhausted {
+                from: 6,
+                missing: 1,
+                servers: false,
+                ..
+            }
+        )),
+        "{notices:?}"
+    );
+    // More data changes nothing and arms nothing.
+    let p = h.publish(12, 5);
+    h.datagram(&p, Via::Multicast);
+    h.run_for(100 * MS);
+    assert_eq!(h.feed.poll_timeout(), None);
+    assert_eq!(h.feed.stats(0).recovery_exhausted, 1);
+}
+
+fn notices(h: &mut Harness) -> Vec<Notice> {
+    std::iter::from_fn(|| h.feed.poll_notice()).collect()
+}
+
+#[test]
+fn a_dead_rerequest_server_is_given_up_within_its_budget_under_hold() {
+    let mut h = Harness::new(spec(true, false));
+    h.server_alive = false;
+    let p = h.publish(1, 5);
+    h.datagram(&p, Via::Multicast);
+    let _lost = h.publish(6, 1);
+    for first in (7..=200).step_by(2) {
+        let p = h.publish(first, 2);
+        h.datagram(&p, Via::Multicast);
+        h.run_for(MS);
+    }
+    h.run_for(500 * MS);
+    let stats = h.feed.stats(0);
+    // retry_budget 3: three requests time out, then the only server is given up.
+    assert_eq!(stats.requests, 3, "{stats:?}");
+    assert_eq!(stats.recovery_exhausted, 1);
+    assert_eq!(h.feed.state(0), StreamState::ResetRequired);
+    assert_exactly(&h.delivered(), 1, 5);
+    assert_eq!(h.feed.poll_timeout(), None);
+    assert!(
+        notices(&mut h)
+            .iter()
+            .any(|n| matches!(n, Notice::RecoveryExhausted { servers: true, .. }))
+    );
+}
+
+#[test]
+fn skip_declares_a_gap_lost_at_its_deadline_and_goes_on() {
+    let mut s = spec(true, false);
+    s.gap_policy = GapPolicy::Skip;
+    s.gap_deadline_ns = 30 * MS;
+    s.policy.retry_budget = 100;
+    let mut h = Harness::new(s);
+    h.server_alive = false;
+    let p = h.publish(1, 5);
+    h.datagram(&p, Via::Multicast);
+    let _lost = h.publish(6, 2);
+    let mut first = 8;
+    let mut at_deadline = None;
+    while first <= 400 {
+        let p = h.publish(first, 2);
+        h.datagram(&p, Via::Multicast);
+        first += 2;
+        h.run_for(MS);
+        if at_deadline.is_none() && h.events.iter().any(|e| matches!(e, Seen::Gap(..))) {
+            at_deadline = Some(h.now);
+        }
+    }
+    let order: Vec<&Seen> = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Seen::Gap(..) | Seen::Msg { .. }))
+        .collect();
+    assert_eq!(order[5], &Seen::Gap(6, 7), "the gap, in its place");
+    let mut want: Vec<u64> = (1..=5).collect();
+    want.extend(8..first);
+    assert_eq!(h.delivered(), want);
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.gaps_lost, stats.messages_lost), (1, 2));
+    assert_eq!(stats.recovery_exhausted, 0);
+    assert_eq!(h.feed.state(0), StreamState::Synced);
+    // Declared at its deadline (30 ms after it appeared, plus one step of the loop), not
+    // when the retry budget of 100 would have run out.
+    let opened = 10_000 * 3 + 1;
+    let declared = at_deadline.unwrap() - opened;
+    assert!((30 * MS..40 * MS).contains(&declared), "{declared} ns");
+    let reported: Vec<Notice> = notices(&mut h);
+    assert!(
+        reported.iter().any(|n| matches!(
+            n,
+            Notice::GapsLost {
+                from: 6,
+                to: 7,
+                reason: LostReason::Deadline,
+                ..
+            }
+        )),
+        "{reported:?}"
+    );
+    assert_eq!(h.feed.poll_timeout(), None);
+}
+
+#[test]
+fn skip_with_a_live_server_recovers_before_the_deadline_and_loses_nothing() {
+    let mut s = spec(true, false);
+    s.gap_policy = GapPolicy::Skip;
+    s.gap_deadline_ns = 100 * MS;
+    let mut h = Harness::new(s);
+    let mut first = 1;
+    while first <= 600 {
+        let p = h.publish(first, 3);
+        if first % 30 != 1 || first == 1 {
+            h.datagram(&p, Via::Multicast);
+        }
+        first += 3;
+        h.run_for(MS);
+    }
+    let hb = heartbeat(h.session, first);
+    h.datagram(&hb, Via::Multicast);
+    h.run_for(50 * MS);
+    assert_exactly(&h.delivered(), 1, first - 1);
+    let stats = h.feed.stats(0);
+    assert_eq!(stats.gaps_lost, 0, "{stats:?}");
+    assert!(stats.recovered > 0);
+}
+
+#[test]
+fn without_recovery_skip_reports_each_gap_and_the_loop_goes_quiet() {
+    let mut s = spec(false, false);
+    s.gap_policy = GapPolicy::Skip;
+    let mut h = Harness::new(s);
+    let mut first = 1;
+    while first <= 300 {
+        let p = h.publish(first, 3);
+        if first % 30 != 4 {
+            h.datagram(&p, Via::Multicast);
+        }
+        first += 3;
+        h.run_for(MS);
+    }
+    h.run_for(10 * MS);
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.gaps_lost, stats.messages_lost), (10, 30));
+    assert_eq!(h.delivered().len() as u64, first - 1 - 30);
+    assert_eq!(h.feed.state(0), StreamState::Synced);
+    // Ten gaps, reported in at most a few rate-limited notices that add up: the last
+    // report is due a second after the first.
+    assert!(h.feed.poll_timeout().is_some());
+    h.run_for(1_000 * MS);
+    assert_eq!(h.feed.poll_timeout(), None, "{:?}", h.feed.armed_timers());
+    let lost: Vec<(u64, u64)> = notices(&mut h)
+        .iter()
+        .filter_map(|n| match n {
+            Notice::GapsLost {
+                gaps,
+                messages,
+                reason: LostReason::NoRecoveryPath,
+                ..
+            } => Some((*gaps, *messages)),
+            _ => None,
+        })
+        .collect();
+    assert!(lost.len() <= 2, "{lost:?}");
+    let (gaps, messages) = lost.iter().fold((0, 0), |(g, m), (a, b)| (g + a, m + b));
+    assert_eq!((gaps, messages), (10, 30));
 }
 
 #[test]
@@ -783,11 +968,23 @@ fn a_first_datagram_too_long_to_hold_is_missing_not_silently_lost() {
         h.datagram(&p, Via::Multicast);
     }
     h.run_for(5 * MS);
-    // Live start at the lowest sequence seen: 1..=20 are a gap, held unsynced (no
-    // re-request server here), never skipped.
+    // Live start at the lowest sequence seen: 1..=20 are a gap, never skipped; with no
+    // re-request server here (and gap_policy = "hold") the stream latches and says that
+    // 20 messages from 1 are missing.
     assert!(h.delivered().is_empty(), "{:?}", h.delivered());
     assert_ne!(h.feed.state(0), StreamState::Synced);
-    assert_eq!(h.feed.missing(0).first().map(|r| r.from), Some(1));
+    let notices = notices(&mut h);
+    assert!(
+        notices.iter().any(|n| matches!(
+            n,
+            Notice::RecoveryExhausted {
+                from: 1,
+                missing: 20,
+                ..
+            }
+        )),
+        "{notices:?}"
+    );
 }
 
 #[test]
@@ -833,4 +1030,149 @@ fn with_a_count_of_one_a_late_straggler_never_takes_the_channel_back() {
     assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000002")));
     assert_exactly(&h.delivered()[10..], 1, 10);
     assert_eq!(h.feed.stats(0).stale_session, 1);
+}
+
+/// Session 1 sends 1..=100 and loses its last two packets (91..=100) on the wire, announces
+/// its end, and session 2 starts at once: what session 2 sends meanwhile is held.
+fn session_change_with_a_lost_tail(h: &mut Harness) {
+    for first in (1..=90).step_by(5) {
+        let p = h.publish(first, 5);
+        h.datagram(&p, Via::Multicast);
+    }
+    let _lost = (h.publish(91, 5), h.publish(96, 5));
+    let eos = end_of_session(h.session, 101);
+    h.datagram(&eos, Via::Multicast);
+    h.earlier.push((h.session, 100));
+    h.session = session("TEST000002");
+    h.published_to = 0;
+    for first in (1..=20).step_by(5) {
+        let p = h.publish(first, 5);
+        h.datagram(&p, Via::Multicast);
+    }
+}
+
+/// Messages as (session number, sequence), in order.
+type Delivered = Vec<(u32, u64)>;
+/// Gaps as (session number, from, to), in order.
+type Gaps = Vec<(u32, u64, u64)>;
+
+/// The consumer's view: messages and gaps by session, in order.
+fn by_session(events: &[Seen]) -> (Delivered, Gaps) {
+    let mut session = 1;
+    let (mut msgs, mut gaps) = (Vec::new(), Vec::new());
+    for e in events {
+        match e {
+            Seen::State(Published::Unseen) if !msgs.is_empty() => session += 1,
+            Seen::Msg { seq, .. } => msgs.push((session, *seq)),
+            Seen::Gap(from, to) => {
+                gaps.push((session, *from, *to));
+            }
+            _ => {}
+        }
+    }
+    (msgs, gaps)
+}
+
+#[test]
+fn an_ended_sessions_lost_tail_is_recovered_before_the_next_session_is_adopted() {
+    let mut h = Harness::new(spec(true, false));
+    session_change_with_a_lost_tail(&mut h);
+    assert_eq!(
+        h.feed.session(0),
+        Some(SessionKey(*b"TEST000001")),
+        "held while the tail is missing"
+    );
+    h.run_for(50 * MS);
+    assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000002")));
+    let (msgs, gaps) = by_session(&h.events);
+    let mut want: Vec<(u32, u64)> = (1..=100).map(|s| (1, s)).collect();
+    want.extend((1..=20).map(|s| (2, s)));
+    assert_eq!(msgs, want, "session 1 complete, then session 2, each once");
+    assert!(gaps.is_empty(), "{gaps:?}");
+    let stats = h.feed.stats(0);
+    assert_eq!((stats.recovered, stats.messages_lost), (10, 0), "{stats:?}");
+    assert!(h.states().contains(&Published::Closed), "{:?}", h.states());
+}
+
+#[test]
+fn an_ended_sessions_tail_nothing_can_recover_is_an_explicit_gap_before_the_next_session() {
+    for policy in [GapPolicy::Hold, GapPolicy::Skip] {
+        let mut s = spec(true, false);
+        s.gap_policy = policy;
+        let mut h = Harness::new(s);
+        h.server_alive = false;
+        session_change_with_a_lost_tail(&mut h);
+        h.run_for(500 * MS);
+        assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000002")));
+        let (msgs, gaps) = by_session(&h.events);
+        let mut want: Vec<(u32, u64)> = (1..=90).map(|s| (1, s)).collect();
+        want.extend((1..=20).map(|s| (2, s)));
+        assert_eq!(msgs, want, "{policy:?}");
+        assert_eq!(gaps, [(1, 91, 100)], "{policy:?}");
+        let gap_at = h
+            .events
+            .iter()
+            .position(|e| matches!(e, Seen::Gap(..)))
+            .unwrap();
+        let new_at = h
+            .events
+            .iter()
+            .rposition(|e| *e == Seen::State(Published::Unseen))
+            .unwrap();
+        assert!(gap_at < new_at, "the gap comes before the new session");
+        let stats = h.feed.stats(0);
+        assert_eq!(
+            (stats.gaps_lost, stats.messages_lost),
+            (1, 10),
+            "{policy:?}"
+        );
+        assert!(
+            notices(&mut h).iter().any(|n| matches!(
+                n,
+                Notice::GapsLost {
+                    reason: LostReason::SessionEnded,
+                    ..
+                }
+            )),
+            "{policy:?}"
+        );
+        assert_eq!(h.feed.state(0), StreamState::Synced, "{policy:?}");
+    }
+}
+
+#[test]
+fn a_configured_session_the_feed_never_sends_is_reported_when_the_real_one_is_adopted() {
+    let mut s = spec(true, false);
+    s.channels[0].session = Some(SessionKey(*b"WRONG00001"));
+    let mut h = Harness::new(s);
+    for first in [1, 4, 7, 10] {
+        let p = h.publish(first, 3);
+        h.datagram(&p, Via::Multicast);
+    }
+    // The key is the session expected first, not a filter: the feed's own session is
+    // confirmed and followed, and the operator is told the key looks wrong.
+    assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000001")));
+    assert_exactly(&h.delivered(), 1, 12);
+    let notices = notices(&mut h);
+    let warned: Vec<String> = notices
+        .iter()
+        .filter(|n| matches!(n, Notice::UnexpectedEpoch { .. }))
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(warned.len(), 1, "{notices:?}");
+    assert!(
+        warned[0].contains("WRONG00001") && warned[0].contains("TEST000001"),
+        "{warned:?}"
+    );
+    // A later, ordinary session change is not reported as unexpected.
+    h.datagram(&end_of_session(h.session, 13), Via::Multicast);
+    h.session = session("TEST000002");
+    h.published_to = 0;
+    let p = h.publish(1, 3);
+    h.datagram(&p, Via::Multicast);
+    assert_eq!(h.feed.session(0), Some(SessionKey(*b"TEST000002")));
+    assert!(
+        !std::iter::from_fn(|| h.feed.poll_notice())
+            .any(|n| matches!(n, Notice::UnexpectedEpoch { .. }))
+    );
 }

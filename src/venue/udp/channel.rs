@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use super::epoch::Epochs;
+use super::gaps::GapClock;
 use super::payload::{PacketArena, Payload, SlotId};
 use super::recovery::Requester;
 use super::snapshot::Phase;
@@ -20,7 +21,8 @@ use crate::publish::{Event, StreamState};
 use crate::sequencer::{Delivered, Detector, Disposition, Frame, SeqRange, StreamId};
 use crate::time::{Mono, Wall};
 use crate::venue::{
-    ChannelStats, Emit, EndpointId, IoRequest, Notices, Timer, TimerTable, Transmit, Via,
+    ChannelStats, Emit, EndpointId, IoRequest, LostReason, Notices, Timer, TimerTable, Transmit,
+    Via,
 };
 
 /// Requests queued for sending at most; more are counted as dropped.
@@ -51,10 +53,23 @@ pub(super) enum ChannelTimer {
     SnapshotDeadline,
     /// A failed snapshot is tried again.
     SnapshotRetry,
+    /// The oldest open gap falls due (`gap_policy = "skip"`).
+    GapDeadline,
+    /// The ended session's open gap is given up and the next session adopted.
+    SessionDrain,
+    /// Gaps declared lost are due to be reported (the notice is rate-limited).
+    LostReport,
 }
 
 impl Timer for ChannelTimer {
-    const ALL: &'static [Self] = &[Self::Recovery, Self::SnapshotDeadline, Self::SnapshotRetry];
+    const ALL: &'static [Self] = &[
+        Self::Recovery,
+        Self::SnapshotDeadline,
+        Self::SnapshotRetry,
+        Self::GapDeadline,
+        Self::SessionDrain,
+        Self::LostReport,
+    ];
 
     fn index(self) -> usize {
         self as usize
@@ -83,6 +98,20 @@ pub(super) struct Logged {
     pub(super) strays: u64,
     /// When strays were last reported.
     pub(super) strays_at: Option<Mono>,
+    /// Gaps declared lost and not yet reported.
+    pub(super) lost: Option<LostTally>,
+    /// When lost gaps were last reported.
+    pub(super) lost_at: Option<Mono>,
+}
+
+/// Gaps declared lost since the last report.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LostTally {
+    pub(super) from: u64,
+    pub(super) to: u64,
+    pub(super) gaps: u64,
+    pub(super) messages: u64,
+    pub(super) reason: LostReason,
 }
 
 /// One channel: one multicast feed, one stream.
@@ -101,7 +130,12 @@ pub(super) struct Channel {
     pub(super) published: StreamState,
     pub(super) arena: PacketArena,
     pub(super) stats: ChannelStats,
-    pub(super) timers: TimerTable<ChannelTimer, 3>,
+    pub(super) timers: TimerTable<ChannelTimer, 6>,
+    /// When each open gap falls due (`gap_policy = "skip"`).
+    pub(super) gaps: GapClock,
+    /// Re-requests gave up under `gap_policy = "hold"`: the stream is latched until a
+    /// new session, and nothing more is tried.
+    pub(super) given_up: bool,
     /// The endpoint requests go out from.
     pub(super) unicast: EndpointId,
     pub(super) logged: Logged,
@@ -167,7 +201,10 @@ impl Channel {
                 if d.kind == Kind::EndOfSession {
                     self.epochs.end_of_session = true;
                 }
-                core.detector.heartbeat(stream, epoch, d.seq);
+                let outcome = core.detector.heartbeat(stream, epoch, d.seq);
+                if let Some(gap) = outcome.new_gap {
+                    self.gap_opened(spec, a.now, gap);
+                }
             }
             Kind::Data => {
                 if a.via == Via::Unicast {
@@ -225,8 +262,12 @@ impl Channel {
                         // No room to keep it: treat the message as lost on the wire, but
                         // record that it exists so it is requested like any other loss.
                         self.stats.arena_full += 1;
-                        core.detector
+                        let outcome = core
+                            .detector
                             .heartbeat(stream, epoch, seq.saturating_add(1));
+                        if let Some(gap) = outcome.new_gap {
+                            self.gap_opened(spec, a.now, gap);
+                        }
                         return;
                     }
                 },
@@ -240,8 +281,9 @@ impl Channel {
                 let outcome =
                     core.detector
                         .ingest(stream, epoch, Frame::point(seq, payload), &mut out);
-                if outcome.new_gap.is_some() {
+                if let Some(gap) = outcome.new_gap {
                     self.requester.new_gap(a.now.as_nanos(), &spec.policy);
+                    self.gap_opened(spec, a.now, gap);
                 }
                 outcome.disposition
             }

@@ -21,13 +21,30 @@
 //! A stream that takes its first datagram as its start starts, in a session adopted this
 //! way, at the lowest sequence any counted datagram carried, so that one which could not
 //! be held (longer than the buffers) is a gap to recover rather than skipped.
+//!
+//! # The tail of an ended session
+//!
+//! A session that announced its end may still miss its last messages: the end of session
+//! reveals them, and the next session often starts at once. Adopting it would throw the
+//! open gap away (answers for the old session are then refused as stale). So while the
+//! ended session's stream still has messages missing, the next session waits, *drained*:
+//! its datagrams are held (up to [`DRAIN_HOLD`]; beyond that they are counted, and once it
+//! is adopted they are missing from it and re-requested like any loss), answers for the
+//! old session are still taken, and the next session is adopted as soon as the old one is
+//! complete. If the tail is not recovered within the drain time (what one server's retry
+//! budget takes, or the gap deadline under `gap_policy = "skip"`), or recovery gives up,
+//! the tail is declared lost with a `gap` event first: consumers always see the old
+//! session complete, or its gap, before the new one.
 
-use super::channel::{Arrival, Channel, Core};
+use super::channel::{Arrival, Channel, ChannelTimer, Core};
 use super::spec::FeedSpec;
 use super::wire::{self, SessionKey};
 use crate::publish::{Event, StreamState};
 use crate::time::Mono;
-use crate::venue::{Emit, EpochLabel, Notice, Via};
+use crate::venue::{Emit, EpochLabel, GapPolicy, LostReason, Notice, Via};
+
+/// Datagrams of the next session held while an ended session's tail is recovered.
+pub(super) const DRAIN_HOLD: usize = 32;
 
 /// Sessions a channel remembers having left behind.
 const RETIRED_SESSIONS: usize = 4;
@@ -58,6 +75,10 @@ pub(super) struct Epochs {
     pub(super) epoch: u64,
     /// The current session announced its end.
     pub(super) end_of_session: bool,
+    /// The next session is waiting for the ended one's tail until then.
+    pub(super) drain_until: Option<Mono>,
+    /// A datagram of the current session has been seen on the feed.
+    pub(super) seen_current: bool,
 }
 
 impl Epochs {
@@ -66,9 +87,11 @@ impl Epochs {
         Self {
             session,
             retired: [None; RETIRED_SESSIONS],
-            candidate: Candidate::new(confirm, max_datagram),
+            candidate: Candidate::new(confirm, DRAIN_HOLD, max_datagram),
             epoch: 0,
             end_of_session: false,
+            drain_until: None,
+            seen_current: false,
         }
     }
 }
@@ -117,7 +140,13 @@ impl Channel {
     ) -> Option<u64> {
         let current = self.epochs.session;
         if current == Some(session) {
-            if a.via == Via::Multicast && self.epochs.candidate.counting().is_some() {
+            if a.via == Via::Multicast {
+                self.epochs.seen_current = true;
+            }
+            if a.via == Via::Multicast
+                && self.epochs.candidate.counting().is_some()
+                && self.epochs.drain_until.is_none()
+            {
                 // The current session is alive on the feed: whatever was being counted
                 // was not a restart. (An answer to an old request proves nothing.)
                 self.give_up_candidate();
@@ -152,7 +181,17 @@ impl Channel {
             self.report_strays(core, self.index, a.now);
         }
         let adopt = if current.is_some() && self.epochs.end_of_session && retired.is_none() {
-            // The current session said it ended: the next one needs no confirming.
+            // The current session said it ended: the next one needs no confirming, only
+            // the old one's tail must be settled first.
+            if self.tail_open(core) {
+                if !self.drain_due(spec, a.now) {
+                    self.epochs
+                        .candidate
+                        .keep(session, seq, a.bytes, a.recv.as_nanos());
+                    return None;
+                }
+                self.skip(core, spec, a.now, u64::MAX, LostReason::SessionEnded, emit);
+            }
             true
         } else {
             self.epochs
@@ -163,6 +202,82 @@ impl Channel {
         if !adopt {
             return None;
         }
+        self.adopt(core, spec, a.now, current, session, retired, emit);
+        (self.epochs.session == Some(session)).then_some(self.epochs.epoch)
+    }
+
+    /// True while the current session's stream misses messages it can still be given.
+    fn tail_open(&self, core: &Core) -> bool {
+        matches!(
+            core.detector.state(self.stream),
+            StreamState::DirtySyncPending | StreamState::Recovering
+        )
+    }
+
+    /// Whether the drain of an ended session's tail is over at `now`, starting its clock
+    /// at the first datagram of the next session.
+    fn drain_due(&mut self, spec: &FeedSpec, now: Mono) -> bool {
+        if !self.requester.has_servers() && self.spec.snapshot.is_none() {
+            return true;
+        }
+        let until = *self.epochs.drain_until.get_or_insert_with(|| {
+            let p = spec.policy;
+            let servers = self.spec.rerequest.len().max(1) as u64;
+            let budget = p
+                .request_timeout_ns
+                .saturating_mul(u64::from(p.retry_budget).saturating_add(1))
+                .saturating_mul(servers)
+                .saturating_add(p.reorder_delay_ns);
+            let budget = match spec.gap_policy {
+                GapPolicy::Skip => budget.min(spec.gap_deadline_ns),
+                GapPolicy::Hold => budget,
+            };
+            Mono::from_nanos(now.as_nanos().saturating_add(budget))
+        });
+        self.timers.set(ChannelTimer::SessionDrain, until);
+        now >= until
+    }
+
+    /// Adopts the session waiting for an ended session's tail once the tail is complete,
+    /// or declared lost at the drain's end.
+    pub(super) fn drain_session(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        emit: &mut impl Emit,
+    ) {
+        let (Some(current), Some(session)) =
+            (self.epochs.session, self.epochs.candidate.counting())
+        else {
+            return;
+        };
+        if self.epochs.drain_until.is_none() {
+            return;
+        }
+        if self.tail_open(core) {
+            if !self.drain_due(spec, now) {
+                return;
+            }
+            self.skip(core, spec, now, u64::MAX, LostReason::SessionEnded, emit);
+        }
+        self.adopt(core, spec, now, Some(current), session, None, emit);
+    }
+
+    /// Makes `session` the channel's, then replays what was held of it.
+    #[allow(clippy::too_many_arguments)]
+    fn adopt(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        current: Option<SessionKey>,
+        session: SessionKey,
+        retired: Option<Retired>,
+        emit: &mut impl Emit,
+    ) {
+        self.epochs.drain_until = None;
+        self.timers.stop(ChannelTimer::SessionDrain);
         match current {
             // The first session: confirmed like any other, so that a stray sender
             // heard before the venue does not become the channel's session.
@@ -183,7 +298,7 @@ impl Channel {
         for (bytes, recv_ns) in held.iter() {
             let decoded = wire::decode(spec.wire, bytes);
             let replayed = Arrival {
-                now: a.now,
+                now,
                 bytes,
                 recv: crate::time::Wall::from_nanos(recv_ns),
                 via: Via::Multicast,
@@ -191,7 +306,6 @@ impl Channel {
             self.handle(core, spec, replayed, decoded, emit);
         }
         self.epochs.candidate.restore(held);
-        (self.epochs.session == Some(session)).then_some(self.epochs.epoch)
     }
 
     /// Makes `session` the channel's session in a new epoch, retiring `current`: a new
@@ -227,11 +341,21 @@ impl Channel {
             *slot = Some(*r);
         }
         self.epochs.retired = retired_now;
+        if !self.epochs.seen_current && self.spec.session == Some(current) && retired.is_none() {
+            core.notices.push(Notice::UnexpectedEpoch {
+                stream: self.index,
+                expected: EpochLabel::new(&current.display(spec.wire)),
+                adopted: EpochLabel::new(&session.display(spec.wire)),
+            });
+        }
         self.epochs.session = Some(session);
+        self.epochs.seen_current = false;
         self.epochs.epoch += 1;
         self.stats.new_sessions += 1;
         self.requester.clear();
         self.requester.progress();
+        self.gaps.clear();
+        self.given_up = false;
         self.stop_snapshot();
         self.epochs.end_of_session = false;
         core.notices.push(Notice::EpochChanged {
@@ -332,10 +456,10 @@ impl Held {
 
 impl Candidate {
     /// A candidate that adopts a session after `confirm` datagrams in a row (1: at once),
-    /// holding up to `confirm - 1` datagrams of up to `max_datagram` bytes.
-    pub(crate) fn new(confirm: u32, max_datagram: usize) -> Self {
+    /// holding up to `max(confirm - 1, hold)` datagrams of up to `max_datagram` bytes.
+    pub(crate) fn new(confirm: u32, hold: usize, max_datagram: usize) -> Self {
         let confirm = confirm.max(1);
-        let slots = (confirm - 1) as usize;
+        let slots = ((confirm - 1) as usize).max(hold);
         Self {
             confirm,
             session: None,
@@ -399,6 +523,29 @@ impl Candidate {
         if self.seen >= need {
             return Offer::Confirmed;
         }
+        self.hold(datagram, recv_ns)
+    }
+
+    /// Counts and holds (if there is room) a datagram of `session`, the next session
+    /// waiting for the current one's tail: never confirmed by the count.
+    pub(crate) fn keep(
+        &mut self,
+        session: SessionKey,
+        seq: u64,
+        datagram: &[u8],
+        recv_ns: u64,
+    ) -> Offer {
+        if self.session != Some(session) {
+            self.give_up();
+            self.session = Some(session);
+            self.retired = false;
+        }
+        self.seen = self.seen.saturating_add(1);
+        self.held.lowest = Some(self.held.lowest.map_or(seq, |l| l.min(seq)));
+        self.hold(datagram, recv_ns)
+    }
+
+    fn hold(&mut self, datagram: &[u8], recv_ns: u64) -> Offer {
         let i = self.held.count;
         let start = i.saturating_mul(self.held.max_datagram);
         let slot = self
@@ -443,7 +590,7 @@ mod tests {
 
     #[test]
     fn confirms_after_a_run_and_holds_what_came_before() {
-        let mut c = Candidate::new(3, 8);
+        let mut c = Candidate::new(3, 0, 8);
         let s = key(b"NEXT000001");
         assert_eq!(c.offer(s, false, 10, b"one", 1), Offer::Held);
         assert_eq!(c.offer(s, false, 11, b"two", 2), Offer::Held);
@@ -466,7 +613,7 @@ mod tests {
 
     #[test]
     fn the_current_session_or_another_candidate_restarts_the_count() {
-        let mut c = Candidate::new(2, 8);
+        let mut c = Candidate::new(2, 0, 8);
         let (a, b) = (key(b"STRAY00001"), key(b"STRAY00002"));
         assert_eq!(c.offer(a, true, 1, b"a", 1), Offer::Held);
         assert_eq!(
@@ -492,12 +639,12 @@ mod tests {
 
     #[test]
     fn confirm_one_adopts_at_once_and_long_datagrams_are_counted_not_held() {
-        let mut c = Candidate::new(1, 8);
+        let mut c = Candidate::new(1, 0, 8);
         assert_eq!(
             c.offer(key(b"NEXT000001"), false, 1, b"x", 1),
             Offer::Confirmed
         );
-        let mut c = Candidate::new(3, 4);
+        let mut c = Candidate::new(3, 0, 4);
         let s = key(b"NEXT000001");
         assert_eq!(c.offer(s, false, 1, b"too long", 1), Offer::Counted);
         assert_eq!(c.offer(s, false, 2, b"ok", 2), Offer::Held);
@@ -509,7 +656,7 @@ mod tests {
 
     #[test]
     fn a_session_left_behind_needs_two_in_a_row_even_with_a_count_of_one() {
-        let mut c = Candidate::new(1, 8);
+        let mut c = Candidate::new(1, 0, 8);
         let s = key(b"OLD0000001");
         assert_eq!(c.offer(s, true, 5, b"late", 1), Offer::Counted);
         assert_eq!(c.offer(s, true, 6, b"again", 2), Offer::Confirmed);

@@ -17,6 +17,7 @@
 
 mod channel;
 mod epoch;
+mod gaps;
 mod payload;
 pub mod recovery;
 mod snapshot;
@@ -27,6 +28,7 @@ use std::collections::VecDeque;
 
 use channel::{Arrival, Channel, ChannelTimer, Core, Logged};
 use epoch::Epochs;
+use gaps::GapClock;
 use payload::PacketArena;
 use recovery::Requester;
 use snapshot::Phase;
@@ -37,8 +39,8 @@ pub use wire::{SessionKey, Wire};
 use crate::sequencer::{Baseline, Detector, SeqRange, StreamConfig, StreamState};
 use crate::time::{Mono, Wall};
 use crate::venue::{
-    ChannelStats, Emit, Endpoint, EndpointId, FetchId, FetchReply, IoRequest, Notice, Notices,
-    Received, StreamInfo, TimerTable, Transmit, Venue, Via,
+    ChannelStats, Emit, Endpoint, EndpointId, FetchId, FetchReply, IoRequest, LostReason, Notice,
+    Notices, Received, StreamInfo, TimerTable, Transmit, Venue, Via,
 };
 
 /// Notices queued at most.
@@ -118,6 +120,8 @@ impl UdpVenue {
                 timers: TimerTable::new(),
                 unicast,
                 logged: Logged::default(),
+                gaps: GapClock::default(),
+                given_up: false,
             });
         }
         let core = Core {
@@ -346,7 +350,8 @@ impl Venue for UdpVenue {
         }
         let (core, spec) = (&mut self.core, &self.spec);
         for c in &mut self.channels {
-            c.skip(core, spec, emit);
+            c.skip(core, spec, now, u64::MAX, LostReason::EndOfInput, emit);
+            c.report_lost(core, now, true);
         }
     }
 
@@ -389,6 +394,9 @@ impl UdpVenue {
             ChannelTimer::Recovery => "recovery",
             ChannelTimer::SnapshotDeadline => "snapshot deadline",
             ChannelTimer::SnapshotRetry => "snapshot retry",
+            ChannelTimer::GapDeadline => "gap deadline",
+            ChannelTimer::SessionDrain => "session drain",
+            ChannelTimer::LostReport => "lost report",
         };
         self.channels
             .iter()

@@ -43,13 +43,13 @@
 
 use std::net::SocketAddr;
 
-use super::channel::{Channel, ChannelTimer, Core, TX_QUEUE};
+use super::channel::{Channel, ChannelTimer, Core, LostTally, TX_QUEUE};
 use super::snapshot::Phase;
 use super::spec::FeedSpec;
 use crate::publish::Event;
 use crate::sequencer::{SeqRange, StreamState};
 use crate::time::Mono;
-use crate::venue::{Emit, GapPolicy, Notice, Transmit};
+use crate::venue::{Emit, GapPolicy, LostReason, Notice, Transmit};
 
 /// Requests in flight per channel at most.
 pub const MAX_INFLIGHT: usize = 64;
@@ -357,7 +357,12 @@ impl Channel {
         emit: &mut impl Emit,
     ) {
         self.plan_recovery(core, spec, now, force, emit);
+        if spec.gap_policy == GapPolicy::Skip {
+            self.expire_gaps(core, spec, now, emit);
+        }
+        self.drain_session(core, spec, now, emit);
         let waiting = self.phase == Phase::Idle
+            && !self.given_up
             && matches!(
                 core.detector.state(self.stream),
                 StreamState::DirtySyncPending | StreamState::Recovering
@@ -370,6 +375,7 @@ impl Channel {
             None
         };
         self.timers.set_or_stop(ChannelTimer::Recovery, at);
+        self.report_lost(core, now, false);
     }
 
     fn plan_recovery(
@@ -400,13 +406,16 @@ impl Channel {
             }
             StreamState::ResetRequired => {
                 self.requester.clear();
-                if !self.start_snapshot(core, spec, now, emit) && spec.gap_policy == GapPolicy::Skip
-                {
-                    self.skip(core, spec, emit);
+                if self.given_up || self.start_snapshot(core, spec, now, emit) {
+                    return;
                 }
+                self.unrecoverable(core, spec, now, emit);
                 return;
             }
             StreamState::DirtySyncPending | StreamState::Recovering => {}
+        }
+        if self.given_up {
+            return;
         }
         let now_ns = now.as_nanos();
         self.requester.gap_seen(now_ns, &policy);
@@ -447,32 +456,120 @@ impl Channel {
         } else {
             Plan::Exhausted
         };
-        if plan == Plan::Exhausted
-            && !self.start_snapshot(core, spec, now, emit)
-            && spec.gap_policy == GapPolicy::Skip
-        {
-            self.skip(core, spec, emit);
+        if plan == Plan::Exhausted && !self.start_snapshot(core, spec, now, emit) {
+            self.unrecoverable(core, spec, now, emit);
         }
-        // GapPolicy::Hold: the stream stays unsynced, and its state says so.
     }
 
-    /// Declares every missing range lost: a gap event each, then delivery resumes after it.
-    pub(super) fn skip(&mut self, core: &mut Core, spec: &FeedSpec, emit: &mut impl Emit) {
+    /// Nothing can recover what is missing: declare it lost (`skip`, or the tail of a
+    /// session the next one waits for), or latch the stream (`hold`).
+    fn unrecoverable(&mut self, core: &mut Core, spec: &FeedSpec, now: Mono, emit: &mut impl Emit) {
+        let draining = self.epochs.drain_until.is_some();
+        match (spec.gap_policy, draining) {
+            (_, true) => {
+                self.skip(core, spec, now, u64::MAX, LostReason::SessionEnded, emit);
+            }
+            (GapPolicy::Skip, false) => {
+                self.skip(core, spec, now, u64::MAX, self.lost_reason(), emit);
+            }
+            (GapPolicy::Hold, false) => self.give_up(core, emit),
+        }
+    }
+
+    /// Why a gap given up now is lost: the servers gave up, or there never were any.
+    fn lost_reason(&self) -> LostReason {
+        if self.requester.has_servers() {
+            LostReason::Exhausted
+        } else {
+            LostReason::NoRecoveryPath
+        }
+    }
+
+    /// Under `gap_policy = "hold"`: re-requests gave up and no snapshot helps. The stream
+    /// latches `reset_required` (what was buffered after the gap is let go), nothing more
+    /// is tried until the next session, and the operator is told once.
+    fn give_up(&mut self, core: &mut Core, emit: &mut impl Emit) {
+        let from = core.detector.missing(self.stream).next().map_or_else(
+            || core.detector.expected(self.stream).unwrap_or(0),
+            |r| r.from,
+        );
+        let missing = core
+            .detector
+            .missing(self.stream)
+            .fold(0u64, |n, r| n.saturating_add(r.len()));
+        self.given_up = true;
+        self.stats.recovery_exhausted += 1;
+        self.requester.clear();
+        self.gaps.clear();
+        core.notices.push(Notice::RecoveryExhausted {
+            stream: self.index,
+            from,
+            missing,
+            servers: self.requester.has_servers(),
+        });
+        core.detector.begin_resync(self.stream);
+        self.release_discarded(core);
+        self.publish_state(core, emit);
+    }
+
+    /// Notes a gap that just appeared, for its deadline (`gap_policy = "skip"`).
+    pub(super) fn gap_opened(&mut self, spec: &FeedSpec, now: Mono, gap: SeqRange) {
+        if spec.gap_policy == GapPolicy::Skip {
+            let due = Mono::from_nanos(now.as_nanos().saturating_add(spec.gap_deadline_ns));
+            self.gaps.opened(gap, due);
+        }
+    }
+
+    /// Declares lost every gap past its deadline, and arms the timer for the next one.
+    fn expire_gaps(&mut self, core: &mut Core, spec: &FeedSpec, now: Mono, emit: &mut impl Emit) {
+        let stream = self.stream;
+        let open = |core: &Core| {
+            matches!(
+                core.detector.state(stream),
+                StreamState::DirtySyncPending | StreamState::Recovering
+            )
+        };
+        // Each pass removes one entry of the fixed clock: the clock bounds the passes.
+        for _ in 0..=super::gaps::GAP_CLOCKS {
+            let lowest = if open(core) {
+                core.detector.missing(stream).next().map(|r| r.from)
+            } else {
+                None
+            };
+            self.gaps.forget_below(lowest);
+            if self.phase != Phase::Idle {
+                // A snapshot is on its way: it settles the gaps.
+                break;
+            }
+            let Some(to) = self.gaps.pop_due(now) else {
+                break;
+            };
+            self.skip(core, spec, now, to, LostReason::Deadline, emit);
+        }
+        self.timers
+            .set_or_stop(ChannelTimer::GapDeadline, self.gaps.next_due());
+    }
+
+    /// Declares lost every missing range up to `limit` (all of them with `u64::MAX`): a gap
+    /// event each, then delivery resumes after it.
+    pub(super) fn skip(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        limit: u64,
+        reason: LostReason,
+        emit: &mut impl Emit,
+    ) {
         // Each pass removes the first missing range; the ring bounds the passes.
         for _ in 0..=spec.window {
             let stream = self.stream;
             let state = core.detector.state(stream);
             let first = core.detector.missing(stream).next();
             let next = match (first, state) {
-                (Some(range), _) => {
-                    self.stats.gaps_lost += 1;
-                    self.stats.messages_lost = self.stats.messages_lost.saturating_add(range.len());
-                    core.notices.push(Notice::GapsLost {
-                        stream: self.index,
-                        from: range.from,
-                        to: range.to,
-                        total: self.stats.messages_lost,
-                    });
+                (Some(range), _) if range.from <= limit => {
+                    let range = SeqRange::new(range.from, range.to.min(limit));
+                    self.lost(range, reason);
                     emit.emit(&Event::Gap {
                         stream: self.id,
                         from: range.from,
@@ -485,14 +582,64 @@ impl Channel {
                     // afresh from what is buffered, or from the expected sequence.
                     core.detector.expected(stream).unwrap_or(0)
                 }
-                (None, _) => break,
+                _ => break,
             };
             self.resynchronize(core, next, emit);
         }
         self.requester.clear();
         self.publish_state(core, emit);
+        self.report_lost(core, now, false);
+    }
+
+    /// Counts `range` as lost, for the next report.
+    fn lost(&mut self, range: SeqRange, reason: LostReason) {
+        self.stats.gaps_lost += 1;
+        self.stats.messages_lost = self.stats.messages_lost.saturating_add(range.len());
+        let tally = self.logged.lost.get_or_insert(LostTally {
+            from: range.from,
+            to: range.to,
+            gaps: 0,
+            messages: 0,
+            reason,
+        });
+        tally.to = range.to;
+        tally.gaps += 1;
+        tally.messages = tally.messages.saturating_add(range.len());
+        tally.reason = reason;
+    }
+
+    /// Reports the gaps declared lost since the last report: at once for the first, then
+    /// at most every [`LOST_NOTICE_EVERY_NS`] (`force`: now).
+    pub(super) fn report_lost(&mut self, core: &mut Core, now: Mono, force: bool) {
+        let Some(tally) = self.logged.lost else {
+            return;
+        };
+        let due_at = self
+            .logged
+            .lost_at
+            .map(|t| Mono::from_nanos(t.as_nanos().saturating_add(LOST_NOTICE_EVERY_NS)));
+        if !force && due_at.is_some_and(|t| now < t) {
+            self.timers
+                .set(ChannelTimer::LostReport, due_at.unwrap_or(now));
+            return;
+        }
+        self.timers.stop(ChannelTimer::LostReport);
+        core.notices.push(Notice::GapsLost {
+            stream: self.index,
+            from: tally.from,
+            to: tally.to,
+            gaps: tally.gaps,
+            messages: tally.messages,
+            total: self.stats.messages_lost,
+            reason: tally.reason,
+        });
+        self.logged.lost = None;
+        self.logged.lost_at = Some(now);
     }
 }
+
+/// Gaps declared lost are reported at most this often per channel.
+const LOST_NOTICE_EVERY_NS: u64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use super::recovery::RequestPolicy;
 use super::wire::{SessionKey, Wire};
-use crate::config::{Channel, Recovery, Snapshot, Start, Venue, VenueKind};
+use crate::config::{self, Channel, Recovery, Snapshot, Start, Venue, VenueKind};
 use crate::time::duration_nanos;
 use crate::venue::GapPolicy;
 
@@ -116,6 +116,9 @@ pub struct FeedSpec {
     pub session_confirm: u32,
     /// What to do with a gap nothing can recover.
     pub gap_policy: GapPolicy,
+    /// With [`GapPolicy::Skip`]: a gap still open this long after it appeared is declared
+    /// lost, whether or not re-requests for it are still going on.
+    pub gap_deadline_ns: u64,
 }
 
 impl FeedSpec {
@@ -137,6 +140,7 @@ impl FeedSpec {
             arena_datagrams: 4096,
             session_confirm: 3,
             gap_policy: GapPolicy::Hold,
+            gap_deadline_ns: 1_000_000_000,
         }
     }
 }
@@ -208,6 +212,11 @@ fn apply_recovery(spec: &mut FeedSpec, r: &Recovery) {
     spec.max_replay = r.max_replay;
     spec.session_confirm = r.session_confirm;
     spec.snapshot_timeout_ns = duration_nanos(r.snapshot_timeout);
+    spec.gap_policy = match r.gap_policy {
+        config::GapPolicy::Hold => GapPolicy::Hold,
+        config::GapPolicy::Skip => GapPolicy::Skip,
+    };
+    spec.gap_deadline_ns = duration_nanos(r.gap_deadline);
     spec.policy = RequestPolicy {
         reorder_delay_ns: duration_nanos(r.reorder_delay),
         request_timeout_ns: duration_nanos(r.request_timeout),
