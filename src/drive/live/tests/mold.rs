@@ -424,15 +424,42 @@ fn a_stray_sender_on_the_group_never_takes_the_channel() {
     let mut h = start_handler(&sim, group, |_| {});
     // Another sender on the same group (as a misconfigured feed or a capture replayed onto
     // it would be), with a session of its own: once the venue's session is established,
-    // one or two datagrams after every 500 of the venue's messages the consumer gets.
+    // one or two datagrams after every 300 of the venue's messages the consumer gets.
     let sender = crate::io::socket::open_multicast_sender(Ipv4Addr::LOCALHOST, 0).expect("sender");
+    // Never more than two strays in a row: a burst goes out only once a receiver of its
+    // own on the group has seen one of the venue's datagrams behind the last burst (every
+    // member's queue gets the group's datagrams in the same order). Pacing by the
+    // consumer alone is not enough: a consumer running behind would send bursts back to
+    // back, and three strays in a row are a restart by the rules under test.
+    let (watcher, _) = crate::io::socket::open_multicast(&crate::io::socket::MulticastSpec {
+        group,
+        interface: Ipv4Addr::LOCALHOST,
+        source: None,
+        rcvbuf: 8 << 20,
+    })
+    .expect("watcher");
     let mut stray_seq = 1;
     let mut sent = 0u64;
-    let mut next_at = 500;
+    let mut next_at = 300;
+    let mut burst = 0u64;
+    let mut own_seen = 0u64;
+    let mut waiting = false;
     let r = consume(&mut h.consumer, Duration::from_secs(60), |r| {
-        if r.messages.len() >= next_at && next_at < 40_000 {
-            next_at += 500;
-            for _ in 0..(1 + next_at / 500 % 2) {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, _)) = watcher.recv_from(&mut buf) {
+            match buf.get(..10.min(n)) {
+                Some(b"STRAY00001") => own_seen += 1,
+                Some(_) if waiting && own_seen >= burst => waiting = false,
+                _ => {}
+            }
+        }
+        // None near the end: after the venue's end of session, the next session needs no
+        // confirming, so a stray then would be adopted by design.
+        if !waiting && r.messages.len() >= next_at && r.messages.len() < 39_000 {
+            next_at = r.messages.len() + 300;
+            burst = 0;
+            own_seen = 0;
+            for _ in 0..(1 + next_at / 300 % 2) {
                 let mut buf = [0u8; 256];
                 let mut w = crate::protocol::moldudp64::PacketWriter::new(
                     &mut buf,
@@ -447,8 +474,10 @@ fn a_stray_sender_on_the_group_never_takes_the_channel() {
                 stray_seq += 4;
                 if sender.send_to(&buf[..n], group).is_ok() {
                     sent += 1;
+                    burst += 1;
                 }
             }
+            waiting = burst > 0;
         }
         closed(r)
     });
