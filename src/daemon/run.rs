@@ -79,7 +79,16 @@ pub enum DaemonError {
     /// A venue could not be set up.
     #[error(transparent)]
     Venue(#[from] BuildError),
+    /// `GAPLESS_CHAOS` is set but cannot be read.
+    #[error("GAPLESS_CHAOS: {0}")]
+    Chaos(#[from] crate::drive::live::chaos::ChaosParseError),
 }
+
+/// The environment variable that turns loss injection on (tests only): comma-separated
+/// `key=value` with keys `seed`, `drop`, `burst`, `burst_len`, `duplicate`, `reorder`,
+/// `delay` (probabilities per received multicast datagram, 0 to 1) and `delay_ms`, for
+/// example `GAPLESS_CHAOS=seed=7,drop=0.02,reorder=0.01`.
+pub const CHAOS_ENV: &str = "GAPLESS_CHAOS";
 
 /// What a run did, for the final summary.
 #[derive(Debug, Clone, Default)]
@@ -237,12 +246,25 @@ impl Daemon {
             stream_metrics: stream_metrics.clone(),
             ..RxShared::default()
         };
+        // Loss injection for chaos tests: off unless the environment asks, and loud then.
+        let chaos = match std::env::var(CHAOS_ENV) {
+            Ok(text) => {
+                let spec = crate::drive::live::ChaosSpec::parse(&text)?;
+                crate::log_warn!(
+                    "{CHAOS_ENV} is set ({text}): received datagrams are dropped, duplicated, \
+                     delayed and reordered on purpose; never set it in production"
+                );
+                Some(spec)
+            }
+            Err(_) => None,
+        };
         let options = RxOptions {
             idle: match daemon.idle {
                 Idle::BusySpin => IdleStrategy::BusySpin,
                 Idle::Yield => IdleStrategy::Yield,
                 Idle::Block => IdleStrategy::Block,
             },
+            chaos,
             ..RxOptions::default()
         };
         let fanout = Fanout::new(producers).with_metrics(stream_metrics);

@@ -18,6 +18,7 @@
 //! - `conns`: the WebSocket connections.
 //! - `fetch`: snapshot fetches on threads of their own.
 
+pub mod chaos;
 mod conns;
 mod fetch;
 pub mod udp;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
+pub use chaos::{ChaosSpec, ChaosStats};
 use conns::Conns;
 use fetch::FetchService;
 use udp::{Drain, Socket};
@@ -77,6 +79,9 @@ pub struct RxResult {
     pub views: Vec<StreamView>,
     /// The consumer fan-out.
     pub fanout: Fanout,
+    /// What loss injection did, when it was on.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub chaos: Option<ChaosStats>,
 }
 
 /// Settings of the loop itself.
@@ -90,6 +95,8 @@ pub struct RxOptions {
     pub max_datagram: usize,
     /// How often stream views are published.
     pub publish_every: Duration,
+    /// Loss injection in front of the venues' multicast endpoints (tests only).
+    pub chaos: Option<ChaosSpec>,
 }
 
 impl Default for RxOptions {
@@ -99,6 +106,7 @@ impl Default for RxOptions {
             batch: 64,
             max_datagram: 2048,
             publish_every: Duration::from_millis(250),
+            chaos: None,
         }
     }
 }
@@ -189,10 +197,13 @@ impl RxLoop {
         let mut sockets = Vec::with_capacity(venues.len());
         let mut warnings = Vec::new();
         for (v, venue) in venues.iter().enumerate() {
-            let (mut open, w) = udp::open(venue).map_err(|source| RxError::Socket {
-                venue: venue.name().to_string(),
-                source,
-            })?;
+            let (mut open, w) =
+                udp::open(venue, options.chaos, options.max_datagram).map_err(|source| {
+                    RxError::Socket {
+                        venue: venue.name().to_string(),
+                        source,
+                    }
+                })?;
             warnings.extend(w);
             for (e, s) in open.iter_mut().enumerate() {
                 poll.registry()
@@ -270,16 +281,58 @@ impl RxLoop {
             self.idler.idle(work);
         }
         let views = self.publish_views();
+        let chaos = self.chaos_stats();
+        if let Some(c) = chaos {
+            crate::log_warn!(
+                "loss injection: {} datagrams dropped, {} duplicated, {} reordered, {} delayed ({} passed on for want of a slot)",
+                c.dropped,
+                c.duplicated,
+                c.reordered,
+                c.delayed,
+                c.hold_full
+            );
+        }
         Ok(RxResult {
             venues: self.venues,
             views,
             fanout: self.fanout,
+            chaos,
         })
     }
 
-    /// The earliest deadline of any venue.
+    /// The earliest deadline of any venue (or of a datagram the loss injector delays).
     fn next_deadline(&self) -> Option<Mono> {
-        self.venues.iter().filter_map(Venue::poll_timeout).min()
+        let held = self
+            .sockets
+            .iter()
+            .flatten()
+            .filter_map(|s| s.chaos.as_ref().and_then(chaos::Chaos::next_due))
+            .min();
+        self.venues
+            .iter()
+            .filter_map(Venue::poll_timeout)
+            .chain(held)
+            .min()
+    }
+
+    /// What the loss injectors did, summed over every endpoint.
+    fn chaos_stats(&self) -> Option<chaos::ChaosStats> {
+        let mut any = false;
+        let mut sum = chaos::ChaosStats::default();
+        for c in self
+            .sockets
+            .iter()
+            .flatten()
+            .filter_map(|s| s.chaos.as_ref())
+        {
+            any = true;
+            sum.dropped += c.stats.dropped;
+            sum.duplicated += c.stats.duplicated;
+            sum.reordered += c.stats.reordered;
+            sum.delayed += c.stats.delayed;
+            sum.hold_full += c.stats.hold_full;
+        }
+        any.then_some(sum)
     }
 
     /// How long the poll may wait at `now`: the idle strategy's bound, cut short by the
@@ -336,6 +389,12 @@ impl RxLoop {
     /// Fetch results, timers, and what the venues asked for. Returns the work done.
     fn after_io(&mut self, now: Mono) -> usize {
         let mut work = 0;
+        for (venue, sockets) in self.venues.iter_mut().zip(&mut self.sockets) {
+            for (e, socket) in sockets.iter_mut().enumerate() {
+                let id = EndpointId(u16::try_from(e).unwrap_or(u16::MAX));
+                work += udp::release_held(now, venue, id, socket, &mut self.fanout);
+            }
+        }
         while let Some(done) = self.fetches.try_next() {
             work += 1;
             if let fetch::Outcome::Failed(reason) = &done.outcome

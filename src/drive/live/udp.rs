@@ -6,6 +6,7 @@ use std::os::fd::AsRawFd;
 
 use mio::net::UdpSocket;
 
+use super::chaos::{Chaos, ChaosSpec};
 use crate::io::batch::RecvBatch;
 use crate::io::clock::Clock;
 use crate::io::socket::{MulticastSpec, SocketInfo, open_multicast, open_unicast};
@@ -55,11 +56,17 @@ pub(super) struct Socket {
     pub(super) stats: SocketStats,
     /// The last receive error, and whether it was logged.
     pub(super) last_error: Option<std::io::ErrorKind>,
+    /// Loss injection in front of the venue (multicast endpoints, when configured).
+    pub(super) chaos: Option<Chaos>,
 }
 
 /// Opens every endpoint of `venue`. Returns the sockets and a warning per multicast
 /// socket whose receive buffer the kernel capped.
-pub(super) fn open(venue: &impl Venue) -> Result<(Vec<Socket>, Vec<String>), crate::io::IoError> {
+pub(super) fn open(
+    venue: &impl Venue,
+    chaos: Option<ChaosSpec>,
+    max_datagram: usize,
+) -> Result<(Vec<Socket>, Vec<String>), crate::io::IoError> {
     let endpoints = venue.endpoints();
     let mut sockets = Vec::with_capacity(endpoints.len());
     let mut warnings = Vec::new();
@@ -89,6 +96,11 @@ pub(super) fn open(venue: &impl Venue) -> Result<(Vec<Socket>, Vec<String>), cra
                 if let Some(w) = info.rcvbuf_warning() {
                     warnings.push(format!("{}: {w}", venue.name()));
                 }
+                // Each line its own faults: the seed mixed with the endpoint's place.
+                let chaos = chaos.map(|c| {
+                    let seed = c.seed ^ (sockets.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    Chaos::new(ChaosSpec { seed, ..c }, max_datagram)
+                });
                 Socket {
                     socket,
                     info: Some(info),
@@ -96,6 +108,7 @@ pub(super) fn open(venue: &impl Venue) -> Result<(Vec<Socket>, Vec<String>), cra
                     record_as: Some(info.local),
                     stats: SocketStats::default(),
                     last_error: None,
+                    chaos,
                 }
             }
             Endpoint::Unicast { interface, stream } => Socket {
@@ -105,6 +118,7 @@ pub(super) fn open(venue: &impl Venue) -> Result<(Vec<Socket>, Vec<String>), cra
                 record_as: group_of(stream),
                 stats: SocketStats::default(),
                 last_error: None,
+                chaos: None,
             },
         };
         sockets.push(socket);
@@ -156,11 +170,21 @@ pub(super) fn drain<V: Venue>(
                 socket.stats.filtered += 1;
                 continue;
             }
+            let received = Received {
+                bytes: dg.payload,
+                recv: Wall::from_nanos(dg.kernel_ns.unwrap_or(realtime)),
+            };
+            if let Some(chaos) = socket.chaos.as_mut() {
+                // One at a time: a datagram held back lives in the injector's buffer.
+                let fanout = &mut *d.fanout;
+                chaos.apply(now, std::slice::from_ref(&received), |r| {
+                    venue.handle_datagrams(now, id, std::slice::from_ref(&r), fanout);
+                });
+                handled += 1;
+                continue;
+            }
             if let Some(slot) = group.get_mut(waiting) {
-                *slot = Received {
-                    bytes: dg.payload,
-                    recv: Wall::from_nanos(dg.kernel_ns.unwrap_or(realtime)),
-                };
+                *slot = received;
                 waiting += 1;
             }
             if waiting == GROUP {
@@ -187,4 +211,27 @@ pub(super) fn send(sockets: &mut [Socket], tx: &Transmit) -> bool {
             false
         }
     }
+}
+
+/// Hands the venue the datagrams the loss injector of `socket` (endpoint `id`) held back
+/// that are due at `now`. Returns how many.
+pub(super) fn release_held<V: Venue>(
+    now: Mono,
+    venue: &mut V,
+    id: EndpointId,
+    socket: &mut Socket,
+    fanout: &mut Fanout,
+) -> usize {
+    let Some(chaos) = socket.chaos.as_mut() else {
+        return 0;
+    };
+    if chaos.next_due().is_none_or(|t| t > now) {
+        return 0;
+    }
+    let mut n = 0;
+    chaos.release(now, false, &mut |r| {
+        n += 1;
+        venue.handle_datagrams(now, id, std::slice::from_ref(&r), fanout);
+    });
+    n
 }

@@ -1,5 +1,22 @@
 //! The venue's documented rules, per market: request weights and paths, which events are
 //! stale, which event may follow a snapshot, and which may follow another event.
+//!
+//! Each rule below names the step of the venue's procedure it implements: Binance's "How to
+//! manage a local order book correctly", one page per market
+//! (<https://developers.binance.com/docs/binance-spot-api-docs/web-socket-streams>, section
+//! "How to manage a local order book correctly";
+//! <https://developers.binance.com/docs/derivatives/usds-margined-futures/websocket-market-streams/How-to-manage-a-local-order-book-correctly>
+//! and the same page under `coin-margined-futures`). The steps, in short:
+//!
+//! | step | spot | USD-M and COIN-M futures | here |
+//! | --- | --- | --- | --- |
+//! | open the stream, buffer its events | yes | yes | the symbol's pending buffer |
+//! | fetch a depth snapshot (its `lastUpdateId` is `L`) | yes | yes | [`Market::depth_path`], [`Market::depth_weight`] |
+//! | a snapshot older than the first buffered event is fetched again | `L < U` of the first | the same | [`fit`]: [`Fit::TooOld`] |
+//! | drop buffered events the snapshot already holds | `u <= L` | `u < L` | [`below_snapshot`] |
+//! | the first event applied spans the snapshot | `U <= L + 1 <= u` | `U <= L <= u` | [`straddles`] |
+//! | each next event continues the previous one, else start over from the snapshot | `U == previous u + 1` | `pu == previous u` | [`link`] |
+//! | quantities are absolute; 0 removes a level, and removing an absent level is normal | yes | yes | left to consumers: payloads go out untouched |
 
 use crate::sequencer::Frame;
 
@@ -95,7 +112,8 @@ pub(crate) const fn resync_point(market: Market, l: u64) -> u64 {
 }
 
 /// True when an event ending at `last` is older than a snapshot of `l` and is dropped:
-/// `u <= L` on spot, `u < L` on futures.
+/// `u <= L` on spot, `u < L` on futures (the procedure's "drop any event" step, which the
+/// futures pages word as `u < lastUpdateId`).
 pub(crate) const fn below_snapshot(market: Market, last: u64, l: u64) -> bool {
     if market.is_linked() {
         last < l
@@ -105,7 +123,7 @@ pub(crate) const fn below_snapshot(market: Market, last: u64, l: u64) -> bool {
 }
 
 /// True when `ids` may be the first event applied on a snapshot of `l`: `U <= L + 1 <= u` on
-/// spot, `U <= L <= u` on futures.
+/// spot, `U <= L <= u` on futures (the procedure's "first processed event" step).
 pub(crate) const fn straddles(market: Market, l: u64, ids: Ids) -> bool {
     let point = resync_point(market, l);
     ids.first <= point && point <= ids.last
@@ -123,7 +141,8 @@ pub(crate) enum Link {
 }
 
 /// Whether `next` continues `prev`: `U == previous u + 1` on spot (an overlap that reaches
-/// past `previous u` continues too), `pu == previous u` on futures.
+/// past `previous u` continues too), `pu == previous u` on futures (the procedure's "while
+/// listening to the stream" step; a break means starting over from a new snapshot).
 pub(crate) fn link(prev: Ids, next: Ids) -> Link {
     if next.last <= prev.last {
         return Link::Old;

@@ -43,6 +43,16 @@ struct Handler {
 }
 
 fn start_handler(sim: &MoldSim, group: SocketAddrV4, tweak: impl FnOnce(&mut FeedSpec)) -> Handler {
+    start_handler_with(sim, group, tweak, None)
+}
+
+/// [`start_handler`], with loss injection in front of the venue when `chaos` is set.
+fn start_handler_with(
+    sim: &MoldSim,
+    group: SocketAddrV4,
+    tweak: impl FnOnce(&mut FeedSpec),
+    chaos: Option<crate::drive::live::ChaosSpec>,
+) -> Handler {
     let channel = ChannelSpec {
         name: "sim-a".into(),
         lines: vec![LineSpec::loopback(group)],
@@ -71,6 +81,7 @@ fn start_handler(sim: &MoldSim, group: SocketAddrV4, tweak: impl FnOnce(&mut Fee
     let shared = RxShared::default();
     let options = RxOptions {
         idle: IdleStrategy::Yield,
+        chaos,
         ..RxOptions::default()
     };
     let rx_loop = RxLoop::new(
@@ -147,13 +158,12 @@ fn consume(
 }
 
 fn stop(handler: Handler) -> Vec<AnyVenue> {
+    stop_all(handler).venues
+}
+
+fn stop_all(handler: Handler) -> crate::drive::live::RxResult {
     handler.shared.stop.store(true, Ordering::Relaxed);
-    handler
-        .rx
-        .join()
-        .expect("rx thread")
-        .expect("rx loop")
-        .venues
+    handler.rx.join().expect("rx thread").expect("rx loop")
 }
 
 fn config(group: SocketAddrV4, count: u64, rate: f64, faults: FaultConfig) -> MoldSimConfig {
@@ -498,4 +508,36 @@ fn a_stray_sender_on_the_group_never_takes_the_channel() {
         "never reset: {:?}",
         r.states
     );
+}
+
+#[test]
+fn loss_injected_in_front_of_a_clean_feed_is_recovered_exactly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 61, 8), 46108);
+    // The simulator publishes without faults of its own: every fault below is made by
+    // the loss injector between the socket and the venue.
+    let sim = MoldSim::start(config(group, 60_000, 100_000.0, FaultConfig::default()))
+        .expect("simulator");
+    let chaos = crate::drive::live::ChaosSpec::parse(
+        "seed=5,drop=0.02,burst=0.002,burst_len=8,duplicate=0.01,reorder=0.01,delay=0.005,delay_ms=3",
+    )
+    .expect("spec");
+    let mut h = start_handler_with(&sim, group, |_| {}, Some(chaos));
+    let r = consume(&mut h.consumer, Duration::from_secs(60), closed);
+    let result = stop_all(h);
+    let stats = result.venues[0].udp().expect("a udp venue").stats(0);
+    let injected = result.chaos.expect("loss injection was on");
+    assert!(closed(&r), "{:?} {stats:?}", r.states);
+    assert_contiguous(&r.messages, 0, 1, 60_000);
+    assert_eq!(r.bad_payloads, 0);
+    assert!(
+        injected.dropped > 20 && injected.duplicated > 5 && injected.reordered > 5,
+        "{injected:?}"
+    );
+    assert!(
+        stats.recovered > 0 && stats.sequencer.duplicates > 0,
+        "{stats:?}"
+    );
+    assert_eq!(sim.injected().lost_packets, 0, "a clean feed");
+    sim.stop().expect("sim");
 }
