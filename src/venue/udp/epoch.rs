@@ -508,13 +508,7 @@ impl Candidate {
         datagram: &[u8],
         recv_ns: u64,
     ) -> Offer {
-        if self.session != Some(session) {
-            self.give_up();
-            self.session = Some(session);
-            self.retired = retired;
-        }
-        self.seen = self.seen.saturating_add(1);
-        self.held.lowest = Some(self.held.lowest.map_or(seq, |l| l.min(seq)));
+        self.count(session, retired, seq);
         let need = if self.retired {
             self.confirm.max(2)
         } else {
@@ -535,14 +529,20 @@ impl Candidate {
         datagram: &[u8],
         recv_ns: u64,
     ) -> Offer {
+        self.count(session, false, seq);
+        self.hold(datagram, recv_ns)
+    }
+
+    /// Counts a datagram of `session` carrying `seq`, starting the count over for a
+    /// session other than the one counted.
+    fn count(&mut self, session: SessionKey, retired: bool, seq: u64) {
         if self.session != Some(session) {
             self.give_up();
             self.session = Some(session);
-            self.retired = false;
+            self.retired = retired;
         }
         self.seen = self.seen.saturating_add(1);
         self.held.lowest = Some(self.held.lowest.map_or(seq, |l| l.min(seq)));
-        self.hold(datagram, recv_ns)
     }
 
     fn hold(&mut self, datagram: &[u8], recv_ns: u64) -> Offer {
