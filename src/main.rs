@@ -61,7 +61,8 @@ enum Command {
         #[arg(long)]
         limit: Option<u64>,
     },
-    /// Replay a pcap/pcapng capture (plain or zstd) through the live pipeline.
+    /// Replay a pcap/pcapng capture (plain, gzip or zstd; `-` reads standard input) through
+    /// the live pipeline, in bounded memory.
     Replay(ReplayArgs),
     /// Run a simulated venue on loopback.
     #[command(subcommand)]
@@ -128,7 +129,7 @@ enum Protocol {
 
 #[derive(Debug, clap::Args)]
 struct ReplayArgs {
-    /// The capture file.
+    /// The capture file; `-` for standard input.
     file: PathBuf,
     /// Wire protocol of the selected datagrams.
     #[arg(long, value_enum, default_value = "moldudp64")]

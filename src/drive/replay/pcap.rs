@@ -87,6 +87,8 @@ pub struct ReplaySummary {
     pub delivered: u64,
     /// Per stream.
     pub streams: Vec<StreamSummary>,
+    /// Datagrams to destinations first seen after the look-ahead, not replayed.
+    pub late: Late,
 }
 
 impl ReplaySummary {
@@ -123,6 +125,21 @@ impl fmt::Display for ReplaySummary {
             self.messages, self.delivered
         )?;
         writeln!(f, "heartbeats:  {}", self.heartbeats)?;
+        if self.late.datagrams > 0 {
+            let names: Vec<String> = self
+                .late
+                .destinations
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            writeln!(
+                f,
+                "not replayed: {} datagrams to destinations first seen after the first {} records ({}): name every destination with --group",
+                self.late.datagrams,
+                LOOKAHEAD_RECORDS,
+                names.join(", ")
+            )?;
+        }
         let gaps: Vec<String> = self.gaps().map(ToString::to_string).collect();
         let lost: u64 = self.gaps().map(SeqRange::len).sum();
         writeln!(
@@ -163,25 +180,39 @@ impl fmt::Display for ReplaySummary {
     }
 }
 
-/// Replays the capture at `path`, writing the consumer stream as JSON lines to `jsonl`
-/// when given.
+/// Replays the capture at `path` (`-`: standard input), writing the consumer stream as
+/// JSON lines to `jsonl` when given.
 pub fn replay(
     path: &Path,
     options: &ReplayOptions,
     jsonl: Option<&mut dyn Write>,
 ) -> Result<ReplaySummary, ReplayError> {
-    let reader = CaptureReader::open(path)?;
+    let reader = if path.as_os_str() == "-" {
+        CaptureReader::stdin()?
+    } else {
+        CaptureReader::open(path)?
+    };
     replay_reader(reader, options, jsonl)
 }
 
-/// Replays an opened capture; see [`replay`].
+/// Replays an opened capture in one pass; see [`replay`].
+///
+/// Without [`ReplayOptions::destinations`], the destinations are those of the UDP
+/// datagrams among the first [`LOOKAHEAD_RECORDS`] records (or [`LOOKAHEAD_BYTES`] of
+/// them), read ahead and replayed from memory; datagrams to a destination first seen
+/// later are not replayed, and the summary counts them ([`ReplaySummary::late`]).
 pub fn replay_reader(
     mut reader: CaptureReader,
     options: &ReplayOptions,
     jsonl: Option<&mut dyn Write>,
 ) -> Result<ReplaySummary, ReplayError> {
-    let destinations = discover(&mut reader, options)?;
-    let mut reader = reader.rewound()?;
+    let mut ahead = Lookahead::read(&mut reader)?;
+    let discovered = options.destinations.is_empty();
+    let destinations = if discovered {
+        ahead.destinations.clone()
+    } else {
+        options.destinations.clone()
+    };
     let channels: Vec<ChannelSpec> = destinations
         .iter()
         .map(|d| ChannelSpec::new(&d.to_string(), LineSpec::loopback(*d)))
@@ -209,10 +240,12 @@ pub fn replay_reader(
     };
     let mut source = PcapSource {
         reader: &mut reader,
-        link: LinkStats::default(),
+        ahead: &mut ahead,
+        next_ahead: 0,
         selected: 0,
         destinations: &destinations,
-        error: None,
+        late: Late::default(),
+        discovered,
     };
     let pacing = Pacing {
         speed: options.speed,
@@ -227,8 +260,9 @@ pub fn replay_reader(
     let [feed] = &venues;
     let mut summary = ReplaySummary {
         records: driven.records,
-        link: source.link,
+        link: source.ahead.link,
         selected: source.selected,
+        late: source.late,
         ..ReplaySummary::default()
     };
     for (i, tally) in sink.per_stream.into_iter().enumerate() {
@@ -251,31 +285,115 @@ pub fn replay_reader(
     Ok(summary)
 }
 
-/// The datagrams of a capture, those to `destinations` only.
+/// Records read ahead at most before a replay starts.
+pub const LOOKAHEAD_RECORDS: usize = 100_000;
+
+/// Bytes of datagrams read ahead at most before a replay starts (16 MiB).
+pub const LOOKAHEAD_BYTES: usize = 16 << 20;
+
+/// Destinations first seen after the look-ahead, named in the summary at most.
+const LATE_NAMED: usize = 8;
+
+/// Datagrams to destinations first seen after the look-ahead: not replayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Late {
+    /// How many datagrams.
+    pub datagrams: u64,
+    /// The first few such destinations.
+    pub destinations: Vec<SocketAddrV4>,
+}
+
+/// One record read ahead: a datagram's payload is `bytes[start..start + len]`.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    ts: u64,
+    datagram: Option<(SocketAddrV4, usize, usize)>,
+}
+
+/// The first records of a capture, read before the replay starts to learn what it holds.
+#[derive(Debug, Default)]
+struct Lookahead {
+    held: Vec<Held>,
+    bytes: Vec<u8>,
+    /// Link-layer outcome of every record read, ahead and after.
+    link: LinkStats,
+    /// UDP destinations in the order first seen.
+    destinations: Vec<SocketAddrV4>,
+}
+
+impl Lookahead {
+    fn read(reader: &mut CaptureReader) -> Result<Self, CaptureError> {
+        let mut ahead = Self::default();
+        while ahead.held.len() < LOOKAHEAD_RECORDS && ahead.bytes.len() < LOOKAHEAD_BYTES {
+            let Some(record) = reader.next_record() else {
+                break;
+            };
+            let record = record?;
+            let datagram = ahead.link.extract(record.link, record.data).map(|d| {
+                if !ahead.destinations.contains(&d.dst)
+                    && ahead.destinations.len() < usize::from(u16::MAX)
+                {
+                    ahead.destinations.push(d.dst);
+                }
+                let start = ahead.bytes.len();
+                ahead.bytes.extend_from_slice(d.payload);
+                (d.dst, start, d.payload.len())
+            });
+            ahead.held.push(Held {
+                ts: record.ts_ns,
+                datagram,
+            });
+        }
+        Ok(ahead)
+    }
+}
+
+/// The datagrams of a capture, those to `destinations` only: first those read ahead,
+/// then the rest from the reader.
 struct PcapSource<'r> {
     reader: &'r mut CaptureReader,
-    link: LinkStats,
+    ahead: &'r mut Lookahead,
+    next_ahead: usize,
     selected: u64,
     destinations: &'r [SocketAddrV4],
-    error: Option<CaptureError>,
+    late: Late,
+    discovered: bool,
 }
 
 impl Source for PcapSource<'_> {
     type Error = CaptureError;
 
     fn next_record(&mut self) -> Option<Result<Record<'_>, CaptureError>> {
-        if let Some(e) = self.error.take() {
-            return Some(Err(e));
+        if let Some(held) = self.ahead.held.get(self.next_ahead).copied() {
+            self.next_ahead += 1;
+            let ts = held.ts;
+            let Some((dst, start, len)) = held.datagram else {
+                return Some(Ok(Record::Skipped { ts }));
+            };
+            if !self.destinations.contains(&dst) {
+                return Some(Ok(Record::Skipped { ts }));
+            }
+            self.selected += 1;
+            let payload = self.ahead.bytes.get(start..start + len).unwrap_or_default();
+            return Some(Ok(Record::Datagram { ts, dst, payload }));
         }
         let record = match self.reader.next_record()? {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
         let ts = record.ts_ns;
-        let Some(datagram) = self.link.extract(record.link, record.data) else {
+        let Some(datagram) = self.ahead.link.extract(record.link, record.data) else {
             return Some(Ok(Record::Skipped { ts }));
         };
         if !self.destinations.contains(&datagram.dst) {
+            if self.discovered {
+                self.late.datagrams += 1;
+                if self.late.destinations.len() < LATE_NAMED
+                    && !self.late.destinations.contains(&datagram.dst)
+                {
+                    self.late.destinations.push(datagram.dst);
+                }
+            }
             return Some(Ok(Record::Skipped { ts }));
         }
         self.selected += 1;
@@ -317,28 +435,6 @@ pub fn apply_replay_config(
         VenueKind::Binance { .. } => false,
     };
     Ok(())
-}
-
-/// The destinations to replay, in the order first seen.
-fn discover(
-    reader: &mut CaptureReader,
-    options: &ReplayOptions,
-) -> Result<Vec<SocketAddrV4>, ReplayError> {
-    if !options.destinations.is_empty() {
-        return Ok(options.destinations.clone());
-    }
-    let mut seen = Vec::new();
-    let mut link = LinkStats::default();
-    while let Some(record) = reader.next_record() {
-        let record = record?;
-        if let Some(d) = link.extract(record.link, record.data)
-            && !seen.contains(&d.dst)
-            && seen.len() < usize::from(u16::MAX)
-        {
-            seen.push(d.dst);
-        }
-    }
-    Ok(seen)
 }
 
 #[derive(Debug, Clone, Default)]
