@@ -4,7 +4,10 @@
 //!
 //! Nothing can be re-requested from a file, so a gap is reported with its exact range,
 //! declared lost with an explicit gap event, and delivery resumes after it; nothing after
-//! a gap is ever delivered as if it were continuous.
+//! a gap is ever delivered as if it were continuous. A gap is held, whatever the feed's
+//! rate, until what follows it fills the reorder window ([`REORDER_WINDOW`] messages or
+//! [`HELD_DATAGRAMS`] datagrams) or the capture ends: what had not arrived by then is
+//! what is reported lost.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -220,11 +223,16 @@ pub fn replay_reader(
     let mut spec = FeedSpec::new(options.wire, channels);
     spec.gap_policy = GapPolicy::Skip;
     spec.start_from = options.from_start.then_some(1);
-    spec.window = 1 << 16;
-    spec.max_buffered = 1 << 16;
-    // A gap is declared lost only when nothing filled it within a second of capture time:
-    // a capture recorded live holds the re-request answers that arrived after the gap.
-    spec.policy.reorder_delay_ns = 1_000_000_000;
+    // Nothing can be re-requested from a file, so time does not decide when a gap is
+    // lost: it is held (a capture recorded live holds the re-request answers that came
+    // after it) until holding what follows it would take more than the window, the buffer
+    // or the arena, or until the capture ends, and then exactly what had not arrived is
+    // declared lost. The bounds are memory, so the rate of the feed does not matter.
+    spec.window = REORDER_WINDOW;
+    spec.max_buffered = REORDER_WINDOW;
+    spec.arena_datagrams = HELD_DATAGRAMS;
+    spec.policy.reorder_delay_ns = u64::MAX;
+    spec.make_room = true;
     let mut venues = [UdpVenue::new(&options.venue, spec)];
 
     let mut names = StreamNames::new();
@@ -284,6 +292,13 @@ pub fn replay_reader(
     }
     Ok(summary)
 }
+
+/// Messages a gap may hold back per stream: gaps are declared lost, oldest first, when a
+/// message would land this far past the first of them.
+pub const REORDER_WINDOW: usize = 1 << 16;
+
+/// Datagrams held per stream behind a gap at most (2 KiB each).
+pub const HELD_DATAGRAMS: usize = 16_384;
 
 /// Records read ahead at most before a replay starts.
 pub const LOOKAHEAD_RECORDS: usize = 100_000;

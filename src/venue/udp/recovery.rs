@@ -456,6 +456,24 @@ impl Channel {
         // GapPolicy::Hold: the stream stays unsynced, and its state says so.
     }
 
+    /// Counts `range` as lost and tells the log and the consumers (a gap event); the caller
+    /// resumes delivery after it.
+    pub(super) fn lose(&mut self, core: &mut Core, range: SeqRange, emit: &mut impl Emit) {
+        self.stats.gaps_lost += 1;
+        self.stats.messages_lost = self.stats.messages_lost.saturating_add(range.len());
+        core.notices.push(Notice::GapsLost {
+            stream: self.index,
+            from: range.from,
+            to: range.to,
+            total: self.stats.messages_lost,
+        });
+        emit.emit(&Event::Gap {
+            stream: self.id,
+            from: range.from,
+            to: range.to,
+        });
+    }
+
     /// Declares every missing range lost: a gap event each, then delivery resumes after it.
     pub(super) fn skip(&mut self, core: &mut Core, spec: &FeedSpec, emit: &mut impl Emit) {
         // Each pass removes the first missing range; the ring bounds the passes.
@@ -465,19 +483,7 @@ impl Channel {
             let first = core.detector.missing(stream).next();
             let next = match (first, state) {
                 (Some(range), _) => {
-                    self.stats.gaps_lost += 1;
-                    self.stats.messages_lost = self.stats.messages_lost.saturating_add(range.len());
-                    core.notices.push(Notice::GapsLost {
-                        stream: self.index,
-                        from: range.from,
-                        to: range.to,
-                        total: self.stats.messages_lost,
-                    });
-                    emit.emit(&Event::Gap {
-                        stream: self.id,
-                        from: range.from,
-                        to: range.to,
-                    });
+                    self.lose(core, range, emit);
                     range.to.saturating_add(1)
                 }
                 (None, StreamState::ResetRequired) => {

@@ -116,6 +116,12 @@ pub struct FeedSpec {
     pub session_confirm: u32,
     /// What to do with a gap nothing can recover.
     pub gap_policy: GapPolicy,
+    /// When a datagram cannot be held (past the reorder window, over the buffer cap, or
+    /// no free datagram slot), declare the oldest gaps lost until it can, rather than
+    /// drop it and resynchronise. For inputs where nothing can be re-requested (a
+    /// capture), with a reorder delay that never ends: a gap is then held while memory
+    /// allows, and exactly what had not arrived is declared lost.
+    pub make_room: bool,
 }
 
 impl FeedSpec {
@@ -137,6 +143,7 @@ impl FeedSpec {
             arena_datagrams: 4096,
             session_confirm: 3,
             gap_policy: GapPolicy::Hold,
+            make_room: false,
         }
     }
 }
