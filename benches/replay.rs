@@ -39,11 +39,12 @@ fn main() {
         return;
     };
     let options = ReplayOptions {
-        wire: Wire::IexTp,
+        wire: Some(Wire::IexTp),
         destinations: Vec::new(),
         venue: "iex".into(),
         speed: None,
         from_start: true,
+        progress: false,
     };
     let (mut bare, mut full) = (Vec::new(), Vec::new());
     let mut messages = 0;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use gapless::client::unix::tail;
 use gapless::config::Config;
 use gapless::daemon::{demo, service};
+use gapless::drive::replay::pcap::ReplayError;
 use gapless::drive::replay::{ReplayOptions, replay};
 use gapless::sim::{MoldSimArgs, run_cli};
 use gapless::venue::Wire;
@@ -131,9 +132,10 @@ enum Protocol {
 struct ReplayArgs {
     /// The capture file; `-` for standard input.
     file: PathBuf,
-    /// Wire protocol of the selected datagrams.
-    #[arg(long, value_enum, default_value = "moldudp64")]
-    protocol: Protocol,
+    /// Wire protocol of the selected datagrams; default: told from the first of them
+    /// (MoldUDP64 or IEX-TP). A Binance capture needs `--protocol binance`.
+    #[arg(long, value_enum)]
+    protocol: Option<Protocol>,
     /// Take the protocol, destinations and venue name from the first matching venue of
     /// this configuration instead.
     #[arg(long)]
@@ -297,18 +299,20 @@ fn main() -> ExitCode {
 }
 
 fn run_replay(args: ReplayArgs) -> ExitCode {
-    if matches!(args.protocol, Protocol::Binance) {
+    if matches!(args.protocol, Some(Protocol::Binance)) {
         return run_binance_replay(&args);
     }
     let mut options = ReplayOptions {
         wire: match args.protocol {
-            Protocol::Moldudp64 => Wire::MoldUdp64,
-            Protocol::IexTp | Protocol::Binance => Wire::IexTp,
+            Some(Protocol::Moldudp64) => Some(Wire::MoldUdp64),
+            Some(Protocol::IexTp) => Some(Wire::IexTp),
+            Some(Protocol::Binance) | None => None,
         },
         destinations: args.groups.clone(),
         venue: args.venue.clone(),
         speed: args.speed,
         from_start: args.from_start,
+        progress: true,
     };
     if let Some(path) = &args.config {
         match Config::load(path) {
@@ -352,9 +356,34 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
+            if args.protocol.is_none()
+                && matches!(
+                    e,
+                    ReplayError::Capture(gapless::capture::CaptureError::BadMagic { .. })
+                )
+                && looks_like_binance_lines(&args.file)
+            {
+                eprintln!(
+                    "hint: this looks like a Binance capture (`<recv_ns> ws <frame>` lines): add --protocol binance --symbols ..."
+                );
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the file starts like the project's Binance capture lines: digits, then ` ws `
+/// or ` rest `.
+fn looks_like_binance_lines(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(n) = File::open(path).and_then(|mut f| f.read(&mut head)) else {
+        return false;
+    };
+    let head = head.get(..n).unwrap_or_default();
+    let digits = head.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = head.get(digits..).unwrap_or_default();
+    digits > 0 && (rest.starts_with(b" ws ") || rest.starts_with(b" rest "))
 }
 
 fn run_binance_replay(args: &ReplayArgs) -> ExitCode {

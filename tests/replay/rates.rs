@@ -14,11 +14,12 @@ const MESSAGES: u64 = 200_000;
 
 fn options() -> ReplayOptions {
     ReplayOptions {
-        wire: Wire::MoldUdp64,
+        wire: Some(Wire::MoldUdp64),
         destinations: Vec::new(),
         venue: "gen".into(),
         speed: None,
         from_start: true,
+        progress: false,
     }
 }
 

@@ -16,6 +16,8 @@ use std::path::Path;
 
 use thiserror::Error;
 
+use super::detect::Detection;
+use super::progress::Progress;
 use super::{Pacing, Record, Source};
 use crate::capture::{CaptureError, CaptureReader, Stats as LinkStats};
 use crate::config::{Config, Start, VenueKind};
@@ -28,8 +30,9 @@ use crate::venue::{ChannelSpec, ChannelStats, FeedSpec, GapPolicy, UdpVenue, Wir
 /// What to replay and how.
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    /// The wire format of the selected datagrams.
-    pub wire: Wire,
+    /// The wire format of the selected datagrams; `None`: told from the first of them
+    /// (see [`Detection`]).
+    pub wire: Option<Wire>,
     /// Only datagrams to these destinations (group and port); every UDP datagram when empty.
     pub destinations: Vec<SocketAddrV4>,
     /// Venue name used in the JSON lines.
@@ -38,6 +41,8 @@ pub struct ReplayOptions {
     pub speed: Option<f64>,
     /// Expect every session to start at sequence 1 (report loss before the first packet).
     pub from_start: bool,
+    /// Draw a progress line on standard error when it is a terminal.
+    pub progress: bool,
 }
 
 /// Why a replay failed.
@@ -52,6 +57,11 @@ pub enum ReplayError {
     /// The configuration has no venue of a kind this replay can read.
     #[error("no moldudp64 or iex-tp venue to replay")]
     NoUdpVenue,
+    /// No protocol was named and the datagrams do not tell it.
+    #[error(
+        "cannot tell the protocol: {0}; name it with --protocol moldudp64 or --protocol iex-tp"
+    )]
+    UnknownProtocol(Detection),
 }
 
 /// One stream's outcome.
@@ -92,6 +102,12 @@ pub struct ReplaySummary {
     pub streams: Vec<StreamSummary>,
     /// Datagrams to destinations first seen after the look-ahead, not replayed.
     pub late: Late,
+    /// The protocol the datagrams were read as.
+    pub wire: Option<Wire>,
+    /// Whether it was told from the datagrams rather than named.
+    pub detected: bool,
+    /// How the first datagrams decode.
+    pub detection: Detection,
 }
 
 impl ReplaySummary {
@@ -100,17 +116,67 @@ impl ReplaySummary {
         self.streams.iter().flat_map(|s| s.gaps.iter())
     }
 
-    /// Streams that lost data or did not end synced.
-    pub fn unsynced(&self) -> impl Iterator<Item = &StreamSummary> {
-        self.streams.iter().filter(|s| {
-            !s.gaps.is_empty() || !matches!(s.state, StreamState::Synced | StreamState::Closed)
-        })
+    /// Streams that lost data or did not end synced: state built from them is not the
+    /// venue's.
+    pub fn incomplete(&self) -> impl Iterator<Item = &StreamSummary> {
+        self.streams.iter().filter(|s| !s.is_complete())
+    }
+}
+
+impl StreamSummary {
+    /// Nothing lost, and synced (or closed) at the end.
+    pub fn is_complete(&self) -> bool {
+        self.gaps.is_empty() && matches!(self.state, StreamState::Synced | StreamState::Closed)
+    }
+
+    /// What the stream's outcome means, in a few words: `complete`, `lost N messages in K
+    /// gaps`, `not synced at the end (STATE)`, or both of the latter.
+    pub fn verdict(&self) -> String {
+        let lost: u64 = self.gaps.iter().map(SeqRange::len).sum();
+        let ended = matches!(self.state, StreamState::Synced | StreamState::Closed);
+        match (self.gaps.len(), ended) {
+            (0, true) => "complete".to_string(),
+            (0, false) => format!("not synced at the end ({})", self.state.as_str()),
+            (n, true) => format!("lost {lost} messages in {n} gaps, synced after them"),
+            (n, false) => format!(
+                "lost {lost} messages in {n} gaps, not synced at the end ({})",
+                self.state.as_str()
+            ),
+        }
     }
 }
 
 impl fmt::Display for ReplaySummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "records:     {}", self.records)?;
+        match self.wire {
+            Some(wire) if self.detected => {
+                writeln!(
+                    f,
+                    "protocol:    {} (told from the datagrams: {})",
+                    wire.as_str(),
+                    self.detection
+                )?;
+            }
+            Some(wire) => {
+                let fit = self.detection.decoding_as(wire);
+                let looks = self.detection.wire().filter(|w| *w != wire);
+                match looks {
+                    Some(other) if fit * 2 < self.detection.datagrams => writeln!(
+                        f,
+                        "protocol:    {} as asked, but {} of the first {} datagrams decode as it and {} as {}: try --protocol {}",
+                        wire.as_str(),
+                        fit,
+                        self.detection.datagrams,
+                        self.detection.decoding_as(other),
+                        other.as_str(),
+                        other.as_str()
+                    )?,
+                    _ => writeln!(f, "protocol:    {} as asked", wire.as_str())?,
+                }
+            }
+            None => writeln!(f, "protocol:    none ({})", self.detection)?,
+        }
         writeln!(
             f,
             "datagrams:   {} udp, {} selected, {} ip fragments skipped, {} other skipped",
@@ -159,7 +225,7 @@ impl fmt::Display for ReplaySummary {
                 .map_or_else(|| "-".to_string(), |(a, b)| format!("{a}..={b}"));
             writeln!(
                 f,
-                "stream {}: session {} state {} delivered {} ({}) duplicates {} malformed {} stale {}",
+                "stream {}: session {} ended {} delivered {} ({}) duplicates {} malformed {} stale {}: {}",
                 s.name,
                 s.session,
                 s.state.as_str(),
@@ -167,17 +233,18 @@ impl fmt::Display for ReplaySummary {
                 range,
                 st.sequencer.duplicates,
                 st.malformed,
-                st.stale_session
+                st.stale_session,
+                s.verdict()
             )?;
         }
-        let unsynced: Vec<&str> = self.unsynced().map(|s| s.name.as_str()).collect();
-        if unsynced.is_empty() {
-            write!(f, "unsynced:    none")
+        let incomplete: Vec<&str> = self.incomplete().map(|s| s.name.as_str()).collect();
+        if incomplete.is_empty() {
+            write!(f, "verdict:     every stream complete")
         } else {
             write!(
                 f,
-                "unsynced:    {} (data lost: do not trust state built from them)",
-                unsynced.join(", ")
+                "verdict:     incomplete: {} (state built from them is not the venue's)",
+                incomplete.join(", ")
             )
         }
     }
@@ -209,6 +276,11 @@ pub fn replay_reader(
     options: &ReplayOptions,
     jsonl: Option<&mut dyn Write>,
 ) -> Result<ReplaySummary, ReplayError> {
+    let mut progress = if options.progress {
+        Progress::on_stderr()
+    } else {
+        Progress::hidden()
+    };
     let mut ahead = Lookahead::read(&mut reader)?;
     let discovered = options.destinations.is_empty();
     let destinations = if discovered {
@@ -216,11 +288,16 @@ pub fn replay_reader(
     } else {
         options.destinations.clone()
     };
+    let detection = ahead.detect(&destinations);
+    let wire = match options.wire.or_else(|| detection.wire()) {
+        Some(wire) => wire,
+        None => return Err(ReplayError::UnknownProtocol(detection)),
+    };
     let channels: Vec<ChannelSpec> = destinations
         .iter()
         .map(|d| ChannelSpec::new(&d.to_string(), LineSpec::loopback(*d)))
         .collect();
-    let mut spec = FeedSpec::new(options.wire, channels);
+    let mut spec = FeedSpec::new(wire, channels);
     spec.gap_policy = GapPolicy::Skip;
     spec.start_from = options.from_start.then_some(1);
     // Nothing can be re-requested from a file, so time does not decide when a gap is
@@ -254,11 +331,14 @@ pub fn replay_reader(
         destinations: &destinations,
         late: Late::default(),
         discovered,
+        progress: &mut progress,
+        records: 0,
     };
     let pacing = Pacing {
         speed: options.speed,
     };
     let driven = super::run(&mut source, &mut venues, &mut sink, pacing)?;
+    source.progress.finish();
     if let Some(e) = sink.error.take() {
         return Err(e.into());
     }
@@ -271,6 +351,9 @@ pub fn replay_reader(
         link: source.ahead.link,
         selected: source.selected,
         late: source.late,
+        wire: Some(wire),
+        detected: options.wire.is_none(),
+        detection,
         ..ReplaySummary::default()
     };
     for (i, tally) in sink.per_stream.into_iter().enumerate() {
@@ -282,7 +365,7 @@ pub fn replay_reader(
             name: feed.channel_name(i).to_string(),
             session: feed
                 .session(i)
-                .map_or_else(String::new, |s| s.display(options.wire)),
+                .map_or_else(String::new, |s| s.display(wire)),
             state: feed.state(i),
             delivered_range: tally.first.zip(tally.last),
             delivered: tally.delivered,
@@ -337,6 +420,20 @@ struct Lookahead {
 }
 
 impl Lookahead {
+    /// How the datagrams read ahead to `destinations` decode.
+    fn detect(&self, destinations: &[SocketAddrV4]) -> Detection {
+        let mut detection = Detection::default();
+        for held in &self.held {
+            if let Some((dst, start, len)) = held.datagram
+                && destinations.contains(&dst)
+                && let Some(payload) = self.bytes.get(start..start + len)
+            {
+                detection.add(payload);
+            }
+        }
+        detection
+    }
+
     fn read(reader: &mut CaptureReader) -> Result<Self, CaptureError> {
         let mut ahead = Self::default();
         while ahead.held.len() < LOOKAHEAD_RECORDS && ahead.bytes.len() < LOOKAHEAD_BYTES {
@@ -373,7 +470,12 @@ struct PcapSource<'r> {
     destinations: &'r [SocketAddrV4],
     late: Late,
     discovered: bool,
+    progress: &'r mut Progress,
+    records: u64,
 }
+
+/// Records between two looks at the clock for the progress line.
+const PROGRESS_EVERY: u64 = 4_096;
 
 impl Source for PcapSource<'_> {
     type Error = CaptureError;
@@ -391,6 +493,12 @@ impl Source for PcapSource<'_> {
             self.selected += 1;
             let payload = self.ahead.bytes.get(start..start + len).unwrap_or_default();
             return Some(Ok(Record::Datagram { ts, dst, payload }));
+        }
+        self.records += 1;
+        if self.records.is_multiple_of(PROGRESS_EVERY) {
+            let (read, total) = (self.reader.input_read(), self.reader.input_len());
+            let unpacked = self.reader.was_compressed().then(|| self.reader.position());
+            self.progress.update(read, total, unpacked, self.records);
         }
         let record = match self.reader.next_record()? {
             Ok(r) => r,
@@ -436,7 +544,7 @@ pub fn apply_replay_config(
         .find(|v| !matches!(v.kind, VenueKind::Binance { .. }))
         .ok_or(ReplayError::NoUdpVenue)?;
     let spec = spec_from_config(venue, 0).ok_or(ReplayError::NoUdpVenue)?;
-    options.wire = spec.wire;
+    options.wire = Some(spec.wire);
     options.venue = venue.name.as_str().to_string();
     options.destinations = spec
         .channels
