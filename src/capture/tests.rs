@@ -421,6 +421,12 @@ fn write_measurement_captures() {
     }
     if let Ok(path) = std::env::var("GAPLESS_FEED") {
         let mut feed = crate::sim::capture::FeedCapture::new(group, 2_000_000, 1_000_000);
+        if let Some(n) = std::env::var("GAPLESS_FEED_PER_PACKET")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            feed.per_packet = n;
+        }
         feed.missing = vec![
             crate::sequencer::SeqRange::new(1_000, 1_003),
             crate::sequencer::SeqRange::new(500_000, 500_100),
