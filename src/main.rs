@@ -394,8 +394,29 @@ fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
     }
     let market = args.market.market();
     let path = &args.file;
+    if path.as_os_str() == "-" {
+        eprintln!(
+            "error: a Binance replay reads its file twice (to count the snapshots first), so it cannot read standard input"
+        );
+        return ExitCode::from(2);
+    }
     let result = match &args.jsonl {
         None => gapless::drive::replay::binance::replay_binance(path, market, &symbols, None),
+        Some(p) if p.as_os_str() == "-" => {
+            let stdout = io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            let r = gapless::drive::replay::binance::replay_binance(
+                path,
+                market,
+                &symbols,
+                Some(&mut out),
+            );
+            if let Err(e) = out.flush() {
+                eprintln!("error: standard output: {e}");
+                return ExitCode::FAILURE;
+            }
+            r
+        }
         Some(p) => match File::create(p) {
             Ok(f) => {
                 let mut out = BufWriter::new(f);

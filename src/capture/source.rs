@@ -27,6 +27,30 @@ pub const ZSTD_WINDOW_LOG_MAX: u32 = 27;
 /// refused, and the parse buffer never grows past this.
 pub const MAX_BUFFER: usize = 1 << 20;
 
+/// Opens the file at `path` and returns its bytes, decompressed when it is gzip or zstd
+/// (told by its first bytes): for line-based captures that are not pcap.
+///
+/// # Errors
+///
+/// [`CaptureError::Io`] if the file cannot be opened; reading the stream gives the
+/// [`CaptureError`] of a failed read or decompression as an [`io::Error`].
+pub fn open_decompressed(path: &std::path::Path) -> Result<impl Read + Send + use<>, CaptureError> {
+    let file = std::fs::File::open(path).map_err(|source| CaptureError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Decompressed(Input::new(path.to_path_buf(), file, None)?))
+}
+
+/// An [`Input`] as a reader.
+struct Decompressed(Input);
+
+impl Read for Decompressed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(io::Error::other)
+    }
+}
+
 /// The parse buffer's size at first: room for the largest classic pcap record.
 const INITIAL_BUFFER: usize = 512 * 1024;
 
