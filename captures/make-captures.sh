@@ -17,7 +17,7 @@ sleep 1
     --rerequest-port 46502 --snapshot-port 46503 2> moldudp64-loss.sim.txt
 kill -TERM "$daemon"
 wait "$daemon" || true
-"$bin" replay moldudp64-loss.pcap --protocol moldudp64 --from-start \
+"$bin" replay moldudp64-loss.pcap --from-start \
     --venue sim --jsonl moldudp64-loss.expected.jsonl 2> moldudp64-loss.summary.txt
 cat moldudp64-loss.summary.txt
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use gapless::client::unix::tail;
 use gapless::config::Config;
 use gapless::daemon::{demo, service};
+use gapless::drive::replay::pcap::ReplayError;
 use gapless::drive::replay::{ReplayOptions, replay};
 use gapless::sim::{MoldSimArgs, run_cli};
 use gapless::venue::Wire;
@@ -61,7 +62,8 @@ enum Command {
         #[arg(long)]
         limit: Option<u64>,
     },
-    /// Replay a pcap/pcapng capture (plain or zstd) through the live pipeline.
+    /// Replay a pcap/pcapng capture (plain, gzip or zstd; `-` reads standard input) through
+    /// the live pipeline, in bounded memory.
     Replay(ReplayArgs),
     /// Run a simulated venue on loopback.
     #[command(subcommand)]
@@ -128,11 +130,12 @@ enum Protocol {
 
 #[derive(Debug, clap::Args)]
 struct ReplayArgs {
-    /// The capture file.
+    /// The capture file; `-` for standard input.
     file: PathBuf,
-    /// Wire protocol of the selected datagrams.
-    #[arg(long, value_enum, default_value = "moldudp64")]
-    protocol: Protocol,
+    /// Wire protocol of the selected datagrams; default: told from the first of them
+    /// (MoldUDP64 or IEX-TP). A Binance capture needs `--protocol binance`.
+    #[arg(long, value_enum)]
+    protocol: Option<Protocol>,
     /// Take the protocol, destinations and venue name from the first matching venue of
     /// this configuration instead.
     #[arg(long)]
@@ -296,18 +299,20 @@ fn main() -> ExitCode {
 }
 
 fn run_replay(args: ReplayArgs) -> ExitCode {
-    if matches!(args.protocol, Protocol::Binance) {
+    if matches!(args.protocol, Some(Protocol::Binance)) {
         return run_binance_replay(&args);
     }
     let mut options = ReplayOptions {
         wire: match args.protocol {
-            Protocol::Moldudp64 => Wire::MoldUdp64,
-            Protocol::IexTp | Protocol::Binance => Wire::IexTp,
+            Some(Protocol::Moldudp64) => Some(Wire::MoldUdp64),
+            Some(Protocol::IexTp) => Some(Wire::IexTp),
+            Some(Protocol::Binance) | None => None,
         },
         destinations: args.groups.clone(),
         venue: args.venue.clone(),
         speed: args.speed,
         from_start: args.from_start,
+        progress: true,
     };
     if let Some(path) = &args.config {
         match Config::load(path) {
@@ -351,9 +356,34 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
+            if args.protocol.is_none()
+                && matches!(
+                    e,
+                    ReplayError::Capture(gapless::capture::CaptureError::BadMagic { .. })
+                )
+                && looks_like_binance_lines(&args.file)
+            {
+                eprintln!(
+                    "hint: this looks like a Binance capture (`<recv_ns> ws <frame>` lines): add --protocol binance --symbols ..."
+                );
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the file starts like the project's Binance capture lines: digits, then ` ws `
+/// or ` rest `.
+fn looks_like_binance_lines(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(n) = File::open(path).and_then(|mut f| f.read(&mut head)) else {
+        return false;
+    };
+    let head = head.get(..n).unwrap_or_default();
+    let digits = head.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = head.get(digits..).unwrap_or_default();
+    digits > 0 && (rest.starts_with(b" ws ") || rest.starts_with(b" rest "))
 }
 
 fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
@@ -364,8 +394,29 @@ fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
     }
     let market = args.market.market();
     let path = &args.file;
+    if path.as_os_str() == "-" {
+        eprintln!(
+            "error: a Binance replay reads its file twice (to count the snapshots first), so it cannot read standard input"
+        );
+        return ExitCode::from(2);
+    }
     let result = match &args.jsonl {
         None => gapless::drive::replay::binance::replay_binance(path, market, &symbols, None),
+        Some(p) if p.as_os_str() == "-" => {
+            let stdout = io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            let r = gapless::drive::replay::binance::replay_binance(
+                path,
+                market,
+                &symbols,
+                Some(&mut out),
+            );
+            if let Err(e) = out.flush() {
+                eprintln!("error: standard output: {e}");
+                return ExitCode::FAILURE;
+            }
+            r
+        }
         Some(p) => match File::create(p) {
             Ok(f) => {
                 let mut out = BufWriter::new(f);

@@ -8,7 +8,7 @@ use thiserror::Error;
 /// Why a capture file could not be read (further).
 ///
 /// Every variant except [`CaptureError::Io`] carries the byte offset, counted in the
-/// decompressed stream for zstd files, at which the problem was found, and its message says
+/// decompressed stream for compressed files, at which the problem was found, and its message says
 /// what was expected there.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -97,11 +97,14 @@ pub enum CaptureError {
         defined: u64,
     },
 
-    /// The zstd stream could not be decompressed.
+    /// The gzip or zstd stream could not be decompressed: corrupt, cut short, or (zstd)
+    /// asking for a larger window than the reader allows.
     #[error(
-        "zstd decompression failed at byte offset {offset} of the decompressed stream (expected complete, valid zstd frames): {source}"
+        "{codec} decompression failed at byte offset {offset} of the decompressed stream (expected complete, valid {codec} data): {source}"
     )]
-    Zstd {
+    Decompress {
+        /// `gzip` or `zstd`.
+        codec: &'static str,
         /// How many bytes had been decompressed when the failure occurred.
         offset: u64,
         /// The decoder's error.
@@ -122,7 +125,22 @@ impl CaptureError {
             | Self::BadBlockLength { offset, .. }
             | Self::UnsupportedVersion { offset, .. }
             | Self::UnknownInterface { offset, .. }
-            | Self::Zstd { offset, .. } => Some(*offset),
+            | Self::Decompress { offset, .. } => Some(*offset),
         }
+    }
+
+    /// The same error with its offset moved on by `by` bytes: the parser saw a part of
+    /// the stream starting there.
+    pub(super) fn shifted(mut self, by: u64) -> Self {
+        match &mut self {
+            Self::Io { .. } | Self::Decompress { .. } => {}
+            Self::Truncated { offset, .. }
+            | Self::BadMagic { offset, .. }
+            | Self::AbsurdLength { offset, .. }
+            | Self::BadBlockLength { offset, .. }
+            | Self::UnsupportedVersion { offset, .. }
+            | Self::UnknownInterface { offset, .. } => *offset = offset.saturating_add(by),
+        }
+        self
     }
 }

@@ -1,18 +1,18 @@
-//! Reading classic pcap and pcapng files, plain or zstd-compressed.
+//! Reading classic pcap and pcapng captures, plain, gzip or zstd, as a stream.
 
 use std::fmt;
-use std::fs;
-use std::io::Read;
-use std::path::Path;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 
 use super::error::CaptureError;
 use super::link::LinkType;
+use super::source::{Compression, Input, MAX_BUFFER, Window};
 
 /// The largest captured length accepted for one record (256 KiB); anything longer is reported
 /// as [`CaptureError::AbsurdLength`].
 pub const MAX_RECORD_LEN: u32 = 256 * 1024;
 
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 const PCAPNG_SHB_BYTES: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
 
 const PCAP_HEADER_LEN: usize = 24;
@@ -32,8 +32,7 @@ const OPT_IF_TSOFFSET: u16 = 14;
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-const PCAP_MAGICS: &str =
-    "pcap magic A1B2C3D4 or A1B23C4D (either byte order), pcapng 0A0D0D0A or zstd 28B52FFD";
+const PCAP_MAGICS: &str = "pcap magic A1B2C3D4 or A1B23C4D (either byte order) or pcapng 0A0D0D0A, plain, gzip (1F8B) or zstd (28B52FFD)";
 
 /// The container format found by [`CaptureReader`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -174,12 +173,15 @@ struct Located {
     offset: usize,
 }
 
-/// Reads the records of a classic pcap or pcapng file held in memory.
+/// Reads the records of a classic pcap or pcapng capture as a stream.
 ///
-/// The format is detected from the magic number. A zstd-compressed file (magic `28 B5 2F FD`) is
-/// decompressed into memory first; byte offsets in errors then count in the decompressed stream.
-/// Records are borrowed from the reader's buffer, so reading allocates nothing per record.
-/// After the first error, [`next_record`](Self::next_record) returns `None`.
+/// The input is a file, standard input, any reader, or bytes in memory; gzip and zstd are
+/// told by their magic bytes and decompressed as the records are read (see
+/// [`Compression`]). The container format is told by its magic number. Records are parsed
+/// from one buffer that never grows past [`MAX_BUFFER`] bytes, whatever the capture's
+/// size, and are borrowed from it, so reading allocates nothing per record. Byte offsets in
+/// errors count in the decompressed stream. After the first error,
+/// [`next_record`](Self::next_record) returns `None`.
 ///
 /// # Example
 ///
@@ -211,63 +213,78 @@ struct Located {
 /// # }
 /// ```
 pub struct CaptureReader {
-    data: Vec<u8>,
-    pos: usize,
+    input: Input,
+    window: Window,
     state: State,
-    compressed: bool,
     failed: bool,
 }
 
 impl CaptureReader {
-    /// Reads the whole file at `path` into memory and parses its header.
+    /// Opens the file at `path` and parses its header.
     ///
     /// # Errors
     ///
-    /// [`CaptureError::Io`] if the file cannot be read, otherwise as
-    /// [`from_bytes`](Self::from_bytes).
+    /// [`CaptureError::Io`] if the file cannot be opened or read, otherwise as
+    /// [`from_reader`](Self::from_reader).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CaptureError> {
         let path = path.as_ref();
-        let data = fs::read(path).map_err(|source| CaptureError::Io {
+        let io_error = |source| CaptureError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
-        Self::from_bytes(data)
+        };
+        let file = File::open(path).map_err(io_error)?;
+        let meta = file.metadata().map_err(io_error)?;
+        let len = meta.is_file().then_some(meta.len());
+        Self::start(Input::new(path.to_path_buf(), file, len)?)
     }
 
-    /// The capture's bytes (decompressed when it was compressed), to reopen it later with
-    /// [`from_bytes`](Self::from_bytes) without reading or decompressing it again.
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.data
-    }
-
-    /// The same capture from its first record again (nothing is read or decompressed a
-    /// second time).
+    /// Reads the capture from standard input (named `-` in errors).
     ///
     /// # Errors
     ///
-    /// As [`from_bytes`](Self::from_bytes); a capture that opened once opens again.
-    pub fn rewound(self) -> Result<Self, CaptureError> {
-        let compressed = self.compressed;
-        let mut again = Self::from_bytes(self.data)?;
-        again.compressed = compressed;
-        Ok(again)
+    /// As [`from_reader`](Self::from_reader).
+    pub fn stdin() -> Result<Self, CaptureError> {
+        Self::from_reader("-", io::stdin())
     }
 
-    /// Takes a complete capture file (optionally zstd-compressed) and parses its header.
+    /// Reads the capture from `reader`, named `name` in errors, and parses its header.
     ///
     /// # Errors
     ///
-    /// [`CaptureError::Zstd`] if decompression fails, [`CaptureError::BadMagic`] for an unknown
-    /// format, [`CaptureError::Truncated`] if the file header is cut short, and for pcapng the
-    /// errors of the first section header block.
+    /// [`CaptureError::Io`] or [`CaptureError::Decompress`] if reading fails,
+    /// [`CaptureError::BadMagic`] for an unknown format, [`CaptureError::Truncated`] if the
+    /// file header is cut short, and for pcapng the errors of the first section header
+    /// block.
+    pub fn from_reader(
+        name: impl Into<PathBuf>,
+        reader: impl Read + Send + 'static,
+    ) -> Result<Self, CaptureError> {
+        Self::start(Input::new(name.into(), reader, None)?)
+    }
+
+    /// Takes a complete capture in memory (plain, gzip or zstd) and parses its header.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_reader`](Self::from_reader).
     pub fn from_bytes(data: Vec<u8>) -> Result<Self, CaptureError> {
-        let compressed = data.starts_with(&ZSTD_MAGIC);
-        let data = if compressed { decompress(&data)? } else { data };
-        let magic = bytes::<4>(&data, 0).ok_or(CaptureError::Truncated {
+        let len = data.len() as u64;
+        Self::start(Input::new(
+            PathBuf::from("<memory>"),
+            io::Cursor::new(data),
+            Some(len),
+        )?)
+    }
+
+    fn start(mut input: Input) -> Result<Self, CaptureError> {
+        let mut window = Window::new();
+        window.fill(&mut input, 4)?;
+        let unread = window.unread().len();
+        let magic = bytes::<4>(window.unread(), 0).ok_or(CaptureError::Truncated {
             what: "file magic",
             offset: 0,
             need: 4,
-            left: as_u64(data.len()),
+            left: as_u64(unread),
         })?;
         let (endian, nanos) = match magic {
             [0xD4, 0xC3, 0xB2, 0xA1] => (Endian::Little, false),
@@ -275,15 +292,28 @@ impl CaptureReader {
             [0x4D, 0x3C, 0xB2, 0xA1] => (Endian::Little, true),
             [0xA1, 0xB2, 0x3C, 0x4D] => (Endian::Big, true),
             PCAPNG_SHB_BYTES => {
-                let (endian, len) = section_header(&data, 0)?;
+                let (endian, len) = loop {
+                    match section_header(window.unread(), 0) {
+                        Ok(found) => break found,
+                        Err(CaptureError::Truncated { offset, need, .. }) if !window.at_end() => {
+                            let want =
+                                usize::try_from(offset.saturating_add(need)).unwrap_or(usize::MAX);
+                            if want <= window.unread().len() {
+                                break section_header(window.unread(), 0)?;
+                            }
+                            window.fill(&mut input, want)?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
+                window.consume(len);
                 return Ok(Self {
-                    data,
-                    pos: len,
+                    input,
+                    window,
                     state: State::PcapNg {
                         endian,
                         interfaces: Vec::new(),
                     },
-                    compressed,
                     failed: false,
                 });
             }
@@ -295,8 +325,10 @@ impl CaptureReader {
                 });
             }
         };
+        window.fill(&mut input, PCAP_HEADER_LEN)?;
+        let data = window.unread();
         let network = endian
-            .u32(&data, 20)
+            .u32(data, 20)
             .filter(|_| data.len() >= PCAP_HEADER_LEN)
             .ok_or(CaptureError::Truncated {
                 what: "pcap file header",
@@ -306,15 +338,15 @@ impl CaptureReader {
             })?;
         // The upper bits of the link-type field carry FCS information, not the type.
         let link = LinkType((network & 0xFFFF) as u16);
+        window.consume(PCAP_HEADER_LEN);
         Ok(Self {
-            data,
-            pos: PCAP_HEADER_LEN,
+            input,
+            window,
             state: State::Pcap {
                 endian,
                 nanos,
                 link,
             },
-            compressed,
             failed: false,
         })
     }
@@ -327,9 +359,14 @@ impl CaptureReader {
         }
     }
 
-    /// Whether the file was zstd-compressed.
+    /// How the input was compressed.
+    pub fn compression(&self) -> Compression {
+        self.input.compression()
+    }
+
+    /// Whether the input was compressed (gzip or zstd).
     pub fn was_compressed(&self) -> bool {
-        self.compressed
+        self.input.compression() != Compression::None
     }
 
     /// The link type from a classic pcap file header; `None` for pcapng, where each interface
@@ -341,19 +378,25 @@ impl CaptureReader {
         }
     }
 
-    /// The byte offset of the next record or block in the (decompressed) data.
+    /// The byte offset of the next record or block in the (decompressed) stream.
     pub fn position(&self) -> u64 {
-        as_u64(self.pos)
+        self.window.offset()
     }
 
-    /// The size of the (decompressed) data.
-    pub fn len(&self) -> u64 {
-        as_u64(self.data.len())
+    /// Bytes read from the input itself so far: compressed bytes for a compressed input.
+    /// With [`input_len`](Self::input_len), how far through the input the reader is.
+    pub fn input_read(&self) -> u64 {
+        self.input.raw_read()
     }
 
-    /// Whether the (decompressed) data is empty; never true for a reader that was created.
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    /// The input's size in bytes, when known (a regular file, or bytes in memory).
+    pub fn input_len(&self) -> Option<u64> {
+        self.input.raw_len()
+    }
+
+    /// The size of the parse buffer now; never more than [`MAX_BUFFER`].
+    pub fn buffer_capacity(&self) -> usize {
+        self.window.capacity()
     }
 
     /// The next record, `None` at the end of the data or after an error.
@@ -364,68 +407,100 @@ impl CaptureReader {
         if self.failed {
             return None;
         }
-        let located = match &mut self.state {
-            State::Pcap {
-                endian,
-                nanos,
-                link,
-            } => next_pcap(&self.data, &mut self.pos, *endian, *nanos, *link),
-            State::PcapNg { endian, interfaces } => {
-                next_pcapng(&self.data, &mut self.pos, endian, interfaces)
+        // Each pass parses what is buffered; a record cut off by the buffer's end reads
+        // more and parses again. Bounded: a pass that does not return has read more, and
+        // at the end of the input a cut-off record is an error.
+        let (located, start, at) = loop {
+            if let Err(e) = self.window.fill(&mut self.input, 1) {
+                return Some(Err(self.fail(e)));
+            }
+            let data = self.window.unread();
+            let unread = data.len();
+            let mut used = 0;
+            let parsed = match &mut self.state {
+                State::Pcap {
+                    endian,
+                    nanos,
+                    link,
+                } => next_pcap(data, &mut used, *endian, *nanos, *link),
+                State::PcapNg { endian, interfaces } => {
+                    next_pcapng(data, &mut used, endian, interfaces)
+                }
+            };
+            let (start, at) = (self.window.index(), self.window.offset());
+            self.window.consume(used);
+            match parsed {
+                // The buffer ran out between blocks: read on, unless the input ended.
+                None if self.window.at_end() => return None,
+                None => {}
+                Some(Ok(located)) => break (located, start, at),
+                Some(Err(e)) => {
+                    // What the cut-off structure needs, from the new position.
+                    let want = shortfall(&e)
+                        .filter(|_| !self.window.at_end())
+                        .map(|end| end.saturating_sub(used))
+                        .filter(|&want| want > unread - used && want <= MAX_BUFFER);
+                    match want {
+                        Some(want) => {
+                            if let Err(e) = self.window.fill(&mut self.input, want) {
+                                return Some(Err(self.fail(e)));
+                            }
+                        }
+                        None => return Some(Err(self.fail(e.shifted(at)))),
+                    }
+                }
             }
         };
-        let located = match located {
-            None => return None,
-            Some(Err(e)) => {
-                self.failed = true;
-                return Some(Err(e));
-            }
-            Some(Ok(located)) => located,
-        };
-        let end = located.start.saturating_add(located.len);
-        match self.data.get(located.start..end) {
+        let offset = at.saturating_add(as_u64(located.offset));
+        match self
+            .window
+            .slice(start.saturating_add(located.start), located.len)
+        {
             Some(data) => Some(Ok(Record {
                 ts_ns: located.ts_ns,
                 link: located.link,
                 data,
                 orig_len: located.orig_len,
-                offset: as_u64(located.offset),
+                offset,
             })),
             None => {
                 self.failed = true;
                 Some(Err(CaptureError::Truncated {
                     what: "record data",
-                    offset: as_u64(located.start),
+                    offset,
                     need: as_u64(located.len),
-                    left: as_u64(self.data.len().saturating_sub(located.start)),
+                    left: 0,
                 }))
             }
         }
+    }
+
+    fn fail(&mut self, e: CaptureError) -> CaptureError {
+        self.failed = true;
+        e
     }
 }
 
 impl fmt::Debug for CaptureReader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CaptureReader")
+            .field("input", self.input.name())
             .field("format", &self.format())
-            .field("compressed", &self.compressed)
-            .field("len", &self.data.len())
-            .field("pos", &self.pos)
+            .field("compression", &self.compression())
+            .field("position", &self.position())
             .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
 }
 
-fn decompress(src: &[u8]) -> Result<Vec<u8>, CaptureError> {
-    let mut out = Vec::new();
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(src)
-        .map_err(|source| CaptureError::Zstd { offset: 0, source })?;
-    match decoder.read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(source) => Err(CaptureError::Zstd {
-            offset: as_u64(out.len()),
-            source,
-        }),
+/// Where the data a [`CaptureError::Truncated`] wanted ends, relative to where parsing
+/// started: reading that far may complete it.
+fn shortfall(e: &CaptureError) -> Option<usize> {
+    match e {
+        CaptureError::Truncated { offset, need, .. } => {
+            usize::try_from(offset.saturating_add(*need)).ok()
+        }
+        _ => None,
     }
 }
 
@@ -517,6 +592,14 @@ fn block_len(
         expected,
     };
     let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
+    if len_usize > MAX_BUFFER {
+        return Err(CaptureError::AbsurdLength {
+            what,
+            offset: as_u64(off),
+            len: u64::from(len),
+            limit: as_u64(MAX_BUFFER),
+        });
+    }
     if len_usize < min {
         return Err(bad(format!("at least {min} bytes for a {what}")));
     }
@@ -670,7 +753,8 @@ fn interface_description(
                 offset: as_u64(off),
                 len: as_u64(body_len + 12),
                 expected: format!(
-                    "room for option {code} at byte offset {at}, whose value claims {len} bytes"
+                    "room for option {code} at byte {} of the block, whose value claims {len} bytes",
+                    at - off
                 ),
             });
         }
@@ -1108,17 +1192,44 @@ mod tests {
     }
 
     #[test]
-    fn zstd_round_trip_and_failures() {
+    fn zstd_and_gzip_round_trip_and_failures() {
         let plain = pcap_file(false, true, 1, &[(9, 8, b"payload", 7), (10, 0, b"x", 1)]);
-        let packed = zstd::encode_all(&plain[..], 3).unwrap();
-        let r = CaptureReader::from_bytes(packed.clone()).unwrap();
-        assert!(r.was_compressed());
-        assert_eq!(r.len(), plain.len() as u64);
-        assert_eq!(collect(r).len(), 2);
+        let zstd = zstd::encode_all(&plain[..], 3).unwrap();
+        let gzip = {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut e, &plain).unwrap();
+            e.finish().unwrap()
+        };
+        for (packed, codec) in [(zstd, Compression::Zstd), (gzip, Compression::Gzip)] {
+            let r = CaptureReader::from_bytes(packed.clone()).unwrap();
+            assert!(r.was_compressed());
+            assert_eq!(r.compression(), codec);
+            assert_eq!(collect(r).len(), 2);
 
-        let e = CaptureReader::from_bytes(packed[..packed.len() - 3].to_vec()).unwrap_err();
-        assert!(matches!(e, CaptureError::Zstd { .. }), "{e}");
-        assert!(e.to_string().contains("byte offset"), "{e}");
+            // Cut anywhere after the magic: a clear error, never a panic, and never the
+            // records of a complete file.
+            for cut in 4..packed.len() {
+                let e = match CaptureReader::from_bytes(packed[..cut].to_vec()) {
+                    Err(e) => e,
+                    Ok(mut r) => loop {
+                        match r.next_record() {
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => break e,
+                            None => panic!("{codec:?} cut at {cut}: no error"),
+                        }
+                    },
+                };
+                let msg = e.to_string();
+                assert!(
+                    matches!(
+                        e,
+                        CaptureError::Decompress { .. } | CaptureError::Truncated { .. }
+                    ),
+                    "{codec:?} cut at {cut}: {msg}"
+                );
+                assert!(msg.contains("byte offset"), "{msg}");
+            }
+        }
 
         let garbage = zstd::encode_all(&b"not a capture"[..], 3).unwrap();
         let e = CaptureReader::from_bytes(garbage).unwrap_err();

@@ -126,7 +126,7 @@ fn iex_tops_zstd_capture() {
     }
     eprintln!(
         "iex: {} bytes decompressed, link {link}, {records} records, destinations {destinations:?}, ts {first_ts:?}..{last_ts}",
-        reader.len()
+        reader.position()
     );
     assert_eq!(records, 150_000);
     assert_eq!(stats.datagrams, 150_000);
@@ -303,5 +303,136 @@ fn real_iex_truncated_and_corrupted() {
         let at = rng.below(bytes.len());
         bytes[at] ^= 0xFF;
         let _ = exercise(bytes);
+    }
+}
+
+/// Hands out its bytes a few at a time, as a pipe or a slow decoder may.
+struct Trickle {
+    data: Vec<u8>,
+    at: usize,
+    rng: XorShift,
+}
+
+impl std::io::Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (1 + self.rng.below(7))
+            .min(buf.len())
+            .min(self.data.len() - self.at);
+        buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+fn records_of(mut reader: CaptureReader) -> Vec<(u64, Vec<u8>, u64)> {
+    let mut out = Vec::new();
+    while let Some(r) = reader.next_record() {
+        let r = r.unwrap();
+        out.push((r.ts_ns, r.data.to_vec(), r.offset));
+    }
+    out
+}
+
+#[test]
+fn short_reads_give_the_same_records_as_one_buffer() {
+    for (name, file) in [
+        ("pcap", written_pcap()),
+        ("pcapng le", built_pcapng(false)),
+        ("pcapng be", built_pcapng(true)),
+    ] {
+        let whole = records_of(CaptureReader::from_bytes(file.clone()).unwrap());
+        assert_eq!(whole.len(), 6, "{name}");
+        for seed in 1..20 {
+            let trickle = Trickle {
+                data: file.clone(),
+                at: 0,
+                rng: XorShift::new(seed),
+            };
+            let reader = CaptureReader::from_reader("trickle", trickle).unwrap();
+            assert_eq!(records_of(reader), whole, "{name} seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn a_large_pcapng_block_grows_the_buffer_up_to_its_bound_and_no_further() {
+    let mut b = NgBuilder::new(false);
+    b.shb();
+    b.idb(1, 0, &[]);
+    b.block(4, &vec![7; 900 * 1024]); // a large block that is not a packet: skipped
+    b.epb(0, 5, b"after", 5);
+    let reader = CaptureReader::from_bytes(b.finish()).unwrap();
+    let capacity = reader.buffer_capacity();
+    let got = records_of(reader);
+    assert_eq!(got.len(), 1);
+    assert!(capacity <= super::MAX_BUFFER);
+
+    let mut b = NgBuilder::new(false);
+    b.shb();
+    b.idb(1, 0, &[]);
+    let at = b.len();
+    b.block(4, &vec![7; super::MAX_BUFFER]);
+    let e = exercise(b.finish()).unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "absurd pcapng block length {} at byte offset {at}",
+            super::MAX_BUFFER + 12
+        )),
+        "{e}"
+    );
+}
+
+/// The bounded-memory promise: a zstd capture that expands to 2 GiB (and is a few
+/// hundred KiB itself) is read in full through a buffer that never grows.
+#[test]
+fn a_multi_gigabyte_zstd_capture_reads_in_a_fixed_buffer() {
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 9, 9), 30_009);
+    let expanded = 2u64 << 30;
+    let mut bomb = Vec::new();
+    let records = crate::sim::capture::write_zstd_bomb(&mut bomb, group, expanded).unwrap();
+    assert!(bomb.len() < 2 << 20, "the bomb is {} bytes", bomb.len());
+    let mut reader = CaptureReader::from_bytes(bomb).unwrap();
+    let start = reader.buffer_capacity();
+    let (mut n, mut largest) = (0u64, start);
+    while let Some(record) = reader.next_record() {
+        assert!(!record.unwrap().data.is_empty());
+        n += 1;
+        if n % 65_536 == 0 {
+            largest = largest.max(reader.buffer_capacity());
+        }
+    }
+    assert_eq!(n, records);
+    assert!(reader.position() >= expanded, "{}", reader.position());
+    assert_eq!(largest, start, "the buffer grew");
+    assert!(start <= super::MAX_BUFFER);
+}
+
+/// A measurement aid, not a check: writes the zstd bomb to `$GAPLESS_BOMB` (4 GiB
+/// expanded) and a generated feed capture to `$GAPLESS_FEED`, for `/usr/bin/time -v
+/// gapless replay`.
+#[test]
+#[ignore = "writes files for a measurement"]
+fn write_measurement_captures() {
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 9, 9), 30_009);
+    if let Ok(path) = std::env::var("GAPLESS_BOMB") {
+        let file = std::io::BufWriter::new(fs::File::create(&path).unwrap());
+        let n = crate::sim::capture::write_zstd_bomb(file, group, 4 << 30).unwrap();
+        eprintln!("{path}: {n} records");
+    }
+    if let Ok(path) = std::env::var("GAPLESS_FEED") {
+        let mut feed = crate::sim::capture::FeedCapture::new(group, 2_000_000, 1_000_000);
+        if let Some(n) = std::env::var("GAPLESS_FEED_PER_PACKET")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            feed.per_packet = n;
+        }
+        feed.missing = vec![
+            crate::sequencer::SeqRange::new(1_000, 1_003),
+            crate::sequencer::SeqRange::new(500_000, 500_100),
+        ];
+        let file = std::io::BufWriter::new(fs::File::create(&path).unwrap());
+        let missing = feed.write(file).unwrap();
+        eprintln!("{path}: missing {missing:?}");
     }
 }

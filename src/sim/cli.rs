@@ -89,7 +89,7 @@ pub struct MoldSimArgs {
     /// Messages of the current session kept for re-requests.
     #[arg(long, default_value_t = 65_536)]
     pub history: usize,
-    /// Largest message count one request may ask for.
+    /// Most messages one answer carries; a request for more gets at most this many.
     #[arg(long, default_value_t = 1_000)]
     pub max_request: u16,
     /// Username snapshot clients log in with.
@@ -210,7 +210,8 @@ pub fn summary(
          \x20 sent: {} messages in {} data packets, {} datagrams ({} bytes), {} heartbeats, {} end-of-session, {} send errors, {} sessions\n\
          \x20 injected: {} messages lost in {} packets ({} by bursts) {}\n\
          \x20           {} packets duplicated, {} reordered, {} restarts\n\
-         \x20 re-request: {} received, {} served ({} messages), {} dropped ({} answers dropped by fault, {} while down)\n\
+         \x20 re-request: {} received, {} served ({} messages; {} capped at --max-request, {} cut to one packet or the history's end)\n\
+         \x20             {} refused: {} malformed, {} for another session, {} outside the history, {} from outside 127/8, {} answers dropped by fault, {} while down\n\
          \x20 snapshot: {} clients, {} snapshots ({} messages), {} logins rejected\n",
         elapsed.as_secs_f64(),
         stats.messages_published,
@@ -231,7 +232,13 @@ pub fn summary(
         stats.requests_received,
         stats.requests_served,
         stats.messages_resent,
+        stats.requests_capped,
+        stats.answers_short,
         stats.requests_dropped(),
+        stats.requests_malformed,
+        stats.requests_wrong_session,
+        stats.requests_out_of_range,
+        stats.requests_foreign,
         injected.answers_dropped,
         injected.requests_while_down,
         stats.snapshot_clients,

@@ -61,7 +61,8 @@ pub struct MoldSimConfig {
     pub rerequest_port: u16,
     /// Messages of the current session the re-request server keeps.
     pub history: usize,
-    /// Largest message count a request may ask for; larger ones are dropped.
+    /// Most messages one answer carries: a request for more is answered with at most
+    /// this many, from its first sequence (the client asks again for the rest).
     pub max_request: u16,
     /// Port of the snapshot server on 127.0.0.1 (0: any free port).
     pub snapshot_port: u16,

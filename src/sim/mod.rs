@@ -28,6 +28,8 @@
 //! * [`snapshot`]: the snapshot server and the book it serves.
 //! * [`handle`]: [`MoldSim`], the running simulator, and [`SimStats`].
 //! * [`cli`]: [`MoldSimArgs`] and [`run_cli`] for a command line.
+//! * [`capture`]: generated MoldUDP64 captures written without a network: a feed with
+//!   known gaps at any rate, and a compressed capture that expands a thousandfold.
 //!
 //! Every thread waits on a socket with a read timeout or sleeps in short
 //! slices, checking a stop flag: nothing spins, and [`MoldSim::stop`] joins
@@ -65,6 +67,7 @@ use std::time::Duration;
 use crate::protocol::{EncodeError, SessionError};
 
 pub mod binance;
+pub mod capture;
 pub mod cli;
 pub mod config;
 pub mod faults;

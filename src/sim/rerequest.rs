@@ -12,11 +12,17 @@
 //! //# requests must be made for the subsequent messages if they are still
 //! //# desired.
 //!
-//! It drops, silently and counted, any request it will not serve: not
-//! exactly 20 bytes or a count of 0 (malformed), a count over the
-//! configured maximum, another session than the current one, a first
-//! sequence number outside the history, a sender outside 127.0.0.0/8, and
-//! those hit by the drop-answer fault or sent while the server is down.
+//! A request for more messages than `--max-request` is answered like any
+//! other, with at most that many: the client asks again for the rest, as
+//! the specification expects after any partial answer. Each such answer is
+//! counted (`requests_capped`), and so is every answer cut short by the
+//! packet size or the end of the history (`answers_short`).
+//!
+//! It refuses, counted by reason and reported in the summary, any request
+//! it cannot serve: not exactly 20 bytes or a count of 0 (malformed),
+//! another session than the current one, a first sequence number outside
+//! the history, a sender outside 127.0.0.0/8, and those hit by the
+//! drop-answer fault or sent while the server is down.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
@@ -128,31 +134,40 @@ impl History {
 pub enum Refusal {
     /// Not a 20-byte request, or a count of 0.
     Malformed,
-    /// The count is over the configured maximum.
-    OverMax,
     /// Not the current session.
     WrongSession,
     /// The first requested sequence is not in the history.
     OutOfRange,
 }
 
+/// An answer built by [`build_answer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// Length of the packet.
+    pub len: usize,
+    /// Messages it carries, from the requested sequence.
+    pub messages: u64,
+    /// The request asked for more than the configured maximum.
+    pub capped: bool,
+    /// It carries fewer messages than were asked for (and allowed): the packet was full
+    /// or the history ended.
+    pub short: bool,
+}
+
 /// Builds into `out` (sized to the maximum payload) the answer to the
-/// request in `datagram`, from the current `session` and its `history`.
-///
-/// Returns the packet length and the number of messages it carries.
+/// request in `datagram`, from the current `session` and its `history`: from the
+/// requested sequence, as many messages as completely fit one packet, and at most
+/// `max_request`.
 pub fn build_answer(
     datagram: &[u8],
     session: Session,
     history: &History,
     max_request: u16,
     out: &mut [u8],
-) -> Result<(usize, u64), Refusal> {
+) -> Result<Answer, Refusal> {
     let request = Request::decode(datagram).map_err(|_| Refusal::Malformed)?;
     if request.count == 0 {
         return Err(Refusal::Malformed);
-    }
-    if request.count > max_request {
-        return Err(Refusal::OverMax);
     }
     if request.session != session {
         return Err(Refusal::WrongSession);
@@ -160,10 +175,11 @@ pub fn build_answer(
     if history.get(request.sequence).is_none() {
         return Err(Refusal::OutOfRange);
     }
+    let allowed = request.count.min(max_request.max(1));
     let mut writer =
         PacketWriter::new(out, session, request.sequence).map_err(|_| Refusal::OutOfRange)?;
     let mut sequence = request.sequence;
-    for _ in 0..request.count {
+    for _ in 0..allowed {
         let Some(message) = history.get(sequence) else {
             break;
         };
@@ -174,11 +190,16 @@ pub fn build_answer(
         }
         sequence = sequence.saturating_add(1);
     }
-    let count = u64::from(writer.message_count());
-    if count == 0 {
+    let messages = u64::from(writer.message_count());
+    if messages == 0 {
         return Err(Refusal::OutOfRange);
     }
-    Ok((writer.finish(), count))
+    Ok(Answer {
+        len: writer.finish(),
+        messages,
+        capped: request.count > allowed,
+        short: messages < u64::from(allowed),
+    })
 }
 
 /// The re-request server thread's state.
@@ -261,12 +282,11 @@ impl RerequestServer {
                 &mut self.answer,
             )
         };
-        let (len, messages) = match built {
+        let answer = match built {
             Ok(answer) => answer,
             Err(refusal) => {
                 let counter = match refusal {
                     Refusal::Malformed => &counters.requests_malformed,
-                    Refusal::OverMax => &counters.requests_over_max,
                     Refusal::WrongSession => &counters.requests_wrong_session,
                     Refusal::OutOfRange => &counters.requests_out_of_range,
                 };
@@ -274,6 +294,7 @@ impl RerequestServer {
                 return;
             }
         };
+        let (len, messages) = (answer.len, answer.messages);
         if self.rng.chance(self.drop_answers) {
             bump(&counters.answers_dropped, 1);
             let mut injected = lock(&self.shared.injected);
@@ -285,6 +306,8 @@ impl RerequestServer {
         // full buffer, which drops the answer like a lossy network would.
         bump(&counters.requests_served, 1);
         bump(&counters.messages_resent, messages);
+        bump(&counters.requests_capped, u64::from(answer.capped));
+        bump(&counters.answers_short, u64::from(answer.short));
         let answer = self.answer.get(..len).unwrap_or_default();
         let _ = self.socket.send_to(answer, from);
     }
@@ -330,17 +353,22 @@ mod tests {
             .to_bytes()
         };
         let mut out = vec![0u8; 200];
-        let (len, n) = build_answer(&request(session, 10, 50), session, &h, 60, &mut out).unwrap();
-        assert_eq!(n, 5);
-        let packet = Packet::decode(&out[..len]).unwrap();
+        let a = build_answer(&request(session, 10, 50), session, &h, 60, &mut out).unwrap();
+        assert_eq!((a.messages, a.capped, a.short), (5, false, true));
+        let packet = Packet::decode(&out[..a.len]).unwrap();
         assert_eq!((packet.sequence(), packet.message_count()), (10, 5));
-        let (_, n) = build_answer(&request(session, 99, 50), session, &h, 60, &mut out).unwrap();
-        assert_eq!(n, 2);
+        let a = build_answer(&request(session, 99, 50), session, &h, 60, &mut out).unwrap();
+        assert_eq!((a.messages, a.short), (2, true));
+        // Over the maximum: answered with at most the maximum, and counted as capped.
+        let mut big = vec![0u8; 4_000];
+        let a = build_answer(&request(session, 10, 61), session, &h, 60, &mut big).unwrap();
+        assert_eq!((a.messages, a.capped, a.short), (60, true, false));
+        let a = build_answer(&request(session, 10, 60), session, &h, 60, &mut big).unwrap();
+        assert_eq!((a.messages, a.capped, a.short), (60, false, false));
         let other = Session::from_ascii(b"T").unwrap();
         let cases = [
             (request(session, 1, 0).to_vec(), Refusal::Malformed),
             (b"short".to_vec(), Refusal::Malformed),
-            (request(session, 1, 61).to_vec(), Refusal::OverMax),
             (request(other, 1, 1).to_vec(), Refusal::WrongSession),
             (request(session, 101, 1).to_vec(), Refusal::OutOfRange),
             (request(session, 0, 1).to_vec(), Refusal::OutOfRange),

@@ -58,8 +58,11 @@ counters! {
     requests_wrong_session,
     /// Requests dropped: first sequence not in the history.
     requests_out_of_range,
-    /// Requests dropped: count over the configured maximum.
-    requests_over_max,
+    /// Requests for more than the configured maximum, answered with at most that many.
+    requests_capped,
+    /// Answers with fewer messages than asked for (and allowed): the packet was full, or
+    /// the history ended.
+    answers_short,
     /// Requests dropped: sender not on 127.0.0.0/8.
     requests_foreign,
     /// Requests dropped by the drop-answer fault.
@@ -83,7 +86,6 @@ impl SimStats {
             self.requests_malformed,
             self.requests_wrong_session,
             self.requests_out_of_range,
-            self.requests_over_max,
             self.requests_foreign,
             self.answers_dropped,
             self.requests_while_down,

@@ -78,6 +78,9 @@ pub enum LostReason {
     SessionEnded,
     /// The input ended (a replay) with it still open.
     EndOfInput,
+    /// A datagram behind it could not be held otherwise (a replay: nothing can be
+    /// re-requested from a capture, so a gap is held while memory allows).
+    NoRoom,
 }
 
 impl fmt::Display for LostReason {
@@ -88,6 +91,7 @@ impl fmt::Display for LostReason {
             Self::NoRecoveryPath => "the channel has no re-request server and no snapshot",
             Self::SessionEnded => "its session ended before it was recovered",
             Self::EndOfInput => "the input ended",
+            Self::NoRoom => "the reorder buffer had no room left to hold it open",
         })
     }
 }

@@ -162,3 +162,33 @@ fn malformed_lines_are_reported_with_their_number() {
     );
     assert!(matches!(missing, Err(ReplayBinanceError::Read(..))));
 }
+
+/// A gzip or zstd Binance capture (told by its first bytes) replays exactly as the plain
+/// one, read a line at a time.
+#[test]
+fn compressed_captures_replay_as_the_plain_one() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
+    let plain = fs::read(dir.join("binance-drop.capture")).unwrap();
+    let expected = fs::read(dir.join("binance-drop.expected.jsonl")).unwrap();
+    let gzip = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, &plain).unwrap();
+        e.finish().unwrap()
+    };
+    let zstd = zstd::encode_all(&plain[..], 3).unwrap();
+    for (name, bytes) in [("drop.capture.gz", gzip), ("drop.capture.zst", zstd)] {
+        let path = temp_file(name, &bytes);
+        let (summary, out) = replay_to_bytes(&path, Market::Spot);
+        assert!(out == expected, "{name}: output differs");
+        assert_eq!(summary.records, 602, "{name}");
+        // Cut short: a clear error, never a panic.
+        let cut = temp_file(&format!("cut.{name}"), &bytes[..bytes.len() / 2]);
+        let mut sink = Vec::new();
+        let e = replay_binance(&cut, Market::Spot, &SYMBOLS, Some(&mut sink)).unwrap_err();
+        assert!(
+            e.to_string().contains("decompression failed")
+                || matches!(e, ReplayBinanceError::Malformed(..)),
+            "{name}: {e}"
+        );
+    }
+}

@@ -11,12 +11,14 @@ use gapless::venue::Wire;
 fn moldudp64_capture_with_known_loss_replays_to_its_expected_output() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
     let reader = CaptureReader::open(dir.join("moldudp64-loss.pcap")).expect("capture");
+    // No protocol named: it is told from the datagrams.
     let options = ReplayOptions {
-        wire: Wire::MoldUdp64,
+        wire: None,
         destinations: Vec::new(),
         venue: "sim".into(),
         speed: None,
         from_start: true,
+        progress: false,
     };
     let mut out = Vec::new();
     let summary = replay_reader(reader, &options, Some(&mut out)).expect("replay");
@@ -33,6 +35,31 @@ fn moldudp64_capture_with_known_loss_replays_to_its_expected_output() {
         "{sim}"
     );
     assert_eq!(summary.delivered + lost, 2_000);
+    assert_eq!(
+        (summary.wire, summary.detected),
+        (Some(Wire::MoldUdp64), true)
+    );
+    // The summary agrees with itself: the stream ended synced after its gaps, and it is
+    // called incomplete, never both synced and unsynced.
+    let text = summary.to_string();
+    assert!(
+        text.contains("ended synced delivered 1857 (1..=2000) duplicates 0 malformed 0 stale 0: lost 143 messages in 77 gaps, synced after them"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "verdict:     incomplete: 239.255.65.1:46501 (state built from them is not the venue's)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("unsynced"), "{text}");
+    let summary_file =
+        std::fs::read_to_string(dir.join("moldudp64-loss.summary.txt")).expect("summary");
+    assert_eq!(
+        summary_file.trim_end(),
+        text,
+        "moldudp64-loss.summary.txt is the summary"
+    );
 }
 
 #[test]

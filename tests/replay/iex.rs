@@ -23,11 +23,12 @@ fn capture() -> Option<PathBuf> {
 
 fn options() -> ReplayOptions {
     ReplayOptions {
-        wire: Wire::IexTp,
+        wire: Some(Wire::IexTp),
         destinations: Vec::new(),
         venue: "iex".into(),
         speed: None,
         from_start: true,
+        progress: false,
     }
 }
 
@@ -74,7 +75,7 @@ fn real_capture_replays_exactly() {
     assert_eq!(summary.heartbeats, 2_667);
     assert_eq!(summary.delivered, 212_153);
     assert_eq!(summary.gaps().count(), 0);
-    assert_eq!(summary.unsynced().count(), 0);
+    assert_eq!(summary.incomplete().count(), 0);
     assert_eq!(summary.streams.len(), 1);
     assert_eq!(summary.streams[0].delivered_range, Some((1, 212_153)));
     let (seqs, gaps) = parse_lines(&jsonl);
@@ -83,6 +84,34 @@ fn real_capture_replays_exactly() {
     assert!(
         seqs.iter().enumerate().all(|(i, &s)| s == i as u64 + 1),
         "every message once, in order"
+    );
+}
+
+#[test]
+fn the_protocol_is_told_from_the_datagrams() {
+    let Some(path) = capture() else { return };
+    let options = ReplayOptions {
+        wire: None,
+        ..options()
+    };
+    let summary = replay_reader(CaptureReader::open(&path).unwrap(), &options, None).unwrap();
+    assert_eq!((summary.wire, summary.detected), (Some(Wire::IexTp), true));
+    assert_eq!(summary.delivered, 212_153);
+    assert_eq!(summary.incomplete().count(), 0);
+    assert!(
+        summary
+            .to_string()
+            .contains("verdict:     every stream complete")
+    );
+    // Named wrongly, the summary says what the datagrams look like.
+    let options = ReplayOptions {
+        wire: Some(Wire::MoldUdp64),
+        ..options
+    };
+    let summary = replay_reader(CaptureReader::open(&path).unwrap(), &options, None).unwrap();
+    assert!(
+        summary.to_string().contains("try --protocol iex-tp"),
+        "{summary}"
     );
 }
 
@@ -129,7 +158,7 @@ fn removed_packets_are_reported_exactly_and_nothing_crosses_them() {
     assert_eq!(summary.delivered, 212_153 - lost);
     assert_eq!(summary.streams[0].stats.messages_lost, lost);
     assert_eq!(
-        summary.unsynced().count(),
+        summary.incomplete().count(),
         1,
         "the stream that lost data is named"
     );

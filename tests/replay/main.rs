@@ -12,4 +12,5 @@
 mod binance;
 mod golden;
 mod iex;
+mod rates;
 mod real_moldudp64;

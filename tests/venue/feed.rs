@@ -1176,3 +1176,64 @@ fn a_configured_session_the_feed_never_sends_is_reported_when_the_real_one_is_ad
             .any(|n| matches!(n, Notice::UnexpectedEpoch { .. }))
     );
 }
+
+/// With `make_room` (replay's setting) and a reorder delay that never ends, a gap is held
+/// until holding what follows would take more than the arena or the window, and then
+/// exactly what had not arrived is declared lost: nothing that arrived is dropped, a late
+/// fill within the bounds still closes its gap, and no clock time is needed.
+#[test]
+fn make_room_declares_exactly_what_is_missing_when_room_runs_out() {
+    let mut s = spec(false, false);
+    s.gap_policy = GapPolicy::Skip;
+    s.make_room = true;
+    s.policy.reorder_delay_ns = u64::MAX;
+    s.gap_deadline_ns = u64::MAX;
+    let mut h = Harness::new(s);
+    let send = |h: &mut Harness, first: u64, count: u64| {
+        let p = h.publish(first, count);
+        h.datagram(&p, Via::Multicast);
+    };
+    send(&mut h, 1, 5);
+    // 6..=7 never come; 300 one-message datagrams behind them overflow the 256-slot arena.
+    for seq in 8..=307 {
+        send(&mut h, seq, 1);
+    }
+    // 400 never comes; 1,100 messages behind it overflow the 1,024-message window.
+    for first in (308..=399).step_by(4) {
+        send(&mut h, first, 4);
+    }
+    for first in (401..=1_500).step_by(4) {
+        send(&mut h, first, 4);
+    }
+    // 1,600 comes late, within the bounds: its gap closes, nothing is lost.
+    for first in (1_601..=1_700).step_by(4) {
+        send(&mut h, first, 4);
+    }
+    for first in (1_501..=1_599).step_by(3) {
+        send(&mut h, first, 3);
+    }
+    send(&mut h, 1_600, 1);
+    // A jump of more than the window with nothing missing: what lies between never came.
+    send(&mut h, 7_000, 3);
+    h.finish();
+    let gaps: Vec<&Seen> = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Seen::Gap(..)))
+        .collect();
+    assert_eq!(
+        gaps,
+        [
+            &Seen::Gap(6, 7),
+            &Seen::Gap(400, 400),
+            &Seen::Gap(1_701, 6_999)
+        ]
+    );
+    let mut want: Vec<u64> = (1..=5).chain(8..=399).chain(401..=1_700).collect();
+    want.extend(7_000..=7_002);
+    assert_eq!(h.delivered(), want);
+    let stats = h.feed.stats(0);
+    assert_eq!(stats.arena_full, 0, "{stats:?}");
+    assert_eq!(stats.sequencer.overflows, 0, "{stats:?}");
+    assert_eq!(stats.messages_lost, 2 + 1 + (6_999 - 1_701 + 1));
+}

@@ -4,7 +4,8 @@
 //!
 //! # Capture format
 //!
-//! Plain text, one record a line (`\n` or `\r\n`; blank lines are skipped):
+//! Text, one record a line (`\n` or `\r\n`; blank lines are skipped), plain or gzip or
+//! zstd (told by the first bytes); a line is 16 MiB at most:
 //!
 //! ```text
 //! <recv_ns> ws <combined-stream frame JSON>
@@ -24,14 +25,19 @@
 //! clock advances, until the end of the file. The venue never rotates the connection for
 //! silence or age (a capture cannot reconnect). The same file always gives the same JSON
 //! lines.
+//!
+//! The file is read twice, a line at a time: once to check every line and count each
+//! symbol's snapshots, once to replay. Memory does not grow with the file; standard input,
+//! which cannot be read twice, is not accepted.
 
 use std::fmt;
-use std::io::{self, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 
 use thiserror::Error;
 
 use super::{Pacing, Record, Source};
+use crate::capture::open_decompressed;
 use crate::publish::Event;
 use crate::publish::jsonl::{JsonlFormatter, StreamNames};
 use crate::sequencer::StreamState;
@@ -174,36 +180,35 @@ pub fn replay_binance(
     symbols: &[&str],
     jsonl: Option<&mut dyn Write>,
 ) -> Result<BinanceReplaySummary, ReplayBinanceError> {
-    let data =
-        std::fs::read(path).map_err(|e| ReplayBinanceError::Read(path.display().to_string(), e))?;
+    // First pass: every line checked, each symbol's snapshots counted.
+    let mut lines = Lines::open(path)?;
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    while let Some(number) = lines.next()? {
+        if let Record::Snapshot { stream, .. } = parse_line(number, &lines.line)? {
+            let name = String::from_utf8_lossy(stream).to_ascii_lowercase();
+            match counts.iter_mut().find(|(s, _)| *s == name) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((name, 1)),
+            }
+        }
+    }
     let lower: Vec<String> = symbols.iter().map(|s| s.to_ascii_lowercase()).collect();
     let mut spec = BinanceSpec::new(market, lower.clone());
     // A capture cannot reconnect: no rotation for silence or age.
     spec.silence_timeout_ns = u64::MAX;
     spec.ws_max_age_ns = u64::MAX;
     let venue = BinanceVenue::new("binance", spec, "ws://replay", "http://replay", None)?;
-    let mut records = Vec::new();
-    for (i, text) in data.split(|&b| b == b'\n').enumerate() {
-        let text = text.strip_suffix(b"\r").unwrap_or(text);
-        if !text.iter().all(u8::is_ascii_whitespace) {
-            records.push(parse_line(i + 1, text)?);
-        }
-    }
     let mut names = StreamNames::new();
     for (i, name) in lower.iter().enumerate() {
         names.set(venue.session().stream_id(i), "binance", name);
     }
     let mut sink = Sink(JsonlFormatter::new(), names, jsonl, None);
     let mut source = TextSource {
-        records: records.into_iter(),
-        counts: Vec::new(),
+        lines: Lines::open(path)?,
+        counts,
     };
-    source.counts = count_snapshots(source.records.as_slice());
     let mut venues = [venue];
-    let driven = match super::run(&mut source, &mut venues, &mut sink, Pacing::default()) {
-        Ok(driven) => driven,
-        Err(never) => match never {},
-    };
+    let driven = super::run(&mut source, &mut venues, &mut sink, Pacing::default())?;
     if let Some(e) = sink.3.take() {
         return Err(e.into());
     }
@@ -236,32 +241,77 @@ pub fn replay_binance(
     Ok(summary)
 }
 
-/// Snapshot records per lowercase symbol.
-fn count_snapshots(records: &[Record<'_>]) -> Vec<(String, u64)> {
-    let mut counts: Vec<(String, u64)> = Vec::new();
-    for r in records {
-        if let Record::Snapshot { stream, .. } = r {
-            let name = String::from_utf8_lossy(stream).to_ascii_lowercase();
-            match counts.iter_mut().find(|(s, _)| *s == name) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((name, 1)),
+/// The longest line accepted.
+const MAX_LINE: usize = 16 << 20;
+
+/// The lines of a capture file, one at a time.
+struct Lines {
+    reader: BufReader<Box<dyn Read + Send>>,
+    path: String,
+    /// The current line, without its line end.
+    line: Vec<u8>,
+    number: usize,
+}
+
+impl Lines {
+    fn open(path: &Path) -> Result<Self, ReplayBinanceError> {
+        let name = path.display().to_string();
+        let reader = open_decompressed(path)
+            .map_err(|e| ReplayBinanceError::Read(name.clone(), io::Error::other(e)))?;
+        Ok(Self {
+            reader: BufReader::with_capacity(1 << 16, Box::new(reader)),
+            path: name,
+            line: Vec::new(),
+            number: 0,
+        })
+    }
+
+    /// Reads the next line that is not blank into `line`; its number, or `None` at the end.
+    fn next(&mut self) -> Result<Option<usize>, ReplayBinanceError> {
+        loop {
+            self.line.clear();
+            self.number += 1;
+            let limit = (MAX_LINE + 1) as u64;
+            let n = (&mut self.reader)
+                .take(limit)
+                .read_until(b'\n', &mut self.line)
+                .map_err(|e| ReplayBinanceError::Read(self.path.clone(), e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if self.line.last() == Some(&b'\n') {
+                self.line.pop();
+            } else if self.line.len() > MAX_LINE {
+                return Err(ReplayBinanceError::Malformed(
+                    self.number,
+                    format!("longer than {MAX_LINE} bytes"),
+                ));
+            }
+            if self.line.last() == Some(&b'\r') {
+                self.line.pop();
+            }
+            if !self.line.iter().all(u8::is_ascii_whitespace) {
+                return Ok(Some(self.number));
             }
         }
     }
-    counts
 }
 
-/// The parsed lines of a capture, in order.
-struct TextSource<'a> {
-    records: std::vec::IntoIter<Record<'a>>,
+/// The records of a capture, read a line at a time.
+struct TextSource {
+    lines: Lines,
     counts: Vec<(String, u64)>,
 }
 
-impl Source for TextSource<'_> {
-    type Error = std::convert::Infallible;
+impl Source for TextSource {
+    type Error = ReplayBinanceError;
 
     fn next_record(&mut self) -> Option<Result<Record<'_>, Self::Error>> {
-        self.records.next().map(Ok)
+        match self.lines.next() {
+            Ok(Some(number)) => Some(parse_line(number, &self.lines.line)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     fn snapshot_counts(&self) -> Vec<(String, u64)> {

@@ -19,7 +19,9 @@
 //! arrive. The same capture always gives the same consumer events.
 
 pub mod binance;
+pub mod detect;
 pub mod pcap;
+pub mod progress;
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
@@ -31,6 +33,7 @@ use crate::venue::{
     Venue,
 };
 
+pub use detect::Detection;
 pub use pcap::{ReplayError, ReplayOptions, ReplaySummary, StreamSummary, replay, replay_reader};
 
 /// One record of a capture, in capture order; `ts` is its time in nanoseconds.

@@ -4,7 +4,10 @@
 //!
 //! Nothing can be re-requested from a file, so a gap is reported with its exact range,
 //! declared lost with an explicit gap event, and delivery resumes after it; nothing after
-//! a gap is ever delivered as if it were continuous.
+//! a gap is ever delivered as if it were continuous. A gap is held, whatever the feed's
+//! rate, until what follows it fills the reorder window ([`REORDER_WINDOW`] messages or
+//! [`HELD_DATAGRAMS`] datagrams) or the capture ends: what had not arrived by then is
+//! what is reported lost.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -13,6 +16,8 @@ use std::path::Path;
 
 use thiserror::Error;
 
+use super::detect::Detection;
+use super::progress::Progress;
 use super::{Pacing, Record, Source};
 use crate::capture::{CaptureError, CaptureReader, Stats as LinkStats};
 use crate::config::{Config, Start, VenueKind};
@@ -25,8 +30,9 @@ use crate::venue::{ChannelSpec, ChannelStats, FeedSpec, GapPolicy, UdpVenue, Wir
 /// What to replay and how.
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    /// The wire format of the selected datagrams.
-    pub wire: Wire,
+    /// The wire format of the selected datagrams; `None`: told from the first of them
+    /// (see [`Detection`]).
+    pub wire: Option<Wire>,
     /// Only datagrams to these destinations (group and port); every UDP datagram when empty.
     pub destinations: Vec<SocketAddrV4>,
     /// Venue name used in the JSON lines.
@@ -35,6 +41,8 @@ pub struct ReplayOptions {
     pub speed: Option<f64>,
     /// Expect every session to start at sequence 1 (report loss before the first packet).
     pub from_start: bool,
+    /// Draw a progress line on standard error when it is a terminal.
+    pub progress: bool,
 }
 
 /// Why a replay failed.
@@ -49,6 +57,11 @@ pub enum ReplayError {
     /// The configuration has no venue of a kind this replay can read.
     #[error("no moldudp64 or iex-tp venue to replay")]
     NoUdpVenue,
+    /// No protocol was named and the datagrams do not tell it.
+    #[error(
+        "cannot tell the protocol: {0}; name it with --protocol moldudp64 or --protocol iex-tp"
+    )]
+    UnknownProtocol(Detection),
 }
 
 /// One stream's outcome.
@@ -87,6 +100,14 @@ pub struct ReplaySummary {
     pub delivered: u64,
     /// Per stream.
     pub streams: Vec<StreamSummary>,
+    /// Datagrams to destinations first seen after the look-ahead, not replayed.
+    pub late: Late,
+    /// The protocol the datagrams were read as.
+    pub wire: Option<Wire>,
+    /// Whether it was told from the datagrams rather than named.
+    pub detected: bool,
+    /// How the first datagrams decode.
+    pub detection: Detection,
 }
 
 impl ReplaySummary {
@@ -95,17 +116,67 @@ impl ReplaySummary {
         self.streams.iter().flat_map(|s| s.gaps.iter())
     }
 
-    /// Streams that lost data or did not end synced.
-    pub fn unsynced(&self) -> impl Iterator<Item = &StreamSummary> {
-        self.streams.iter().filter(|s| {
-            !s.gaps.is_empty() || !matches!(s.state, StreamState::Synced | StreamState::Closed)
-        })
+    /// Streams that lost data or did not end synced: state built from them is not the
+    /// venue's.
+    pub fn incomplete(&self) -> impl Iterator<Item = &StreamSummary> {
+        self.streams.iter().filter(|s| !s.is_complete())
+    }
+}
+
+impl StreamSummary {
+    /// Nothing lost, and synced (or closed) at the end.
+    pub fn is_complete(&self) -> bool {
+        self.gaps.is_empty() && matches!(self.state, StreamState::Synced | StreamState::Closed)
+    }
+
+    /// What the stream's outcome means, in a few words: `complete`, `lost N messages in K
+    /// gaps`, `not synced at the end (STATE)`, or both of the latter.
+    pub fn verdict(&self) -> String {
+        let lost: u64 = self.gaps.iter().map(SeqRange::len).sum();
+        let ended = matches!(self.state, StreamState::Synced | StreamState::Closed);
+        match (self.gaps.len(), ended) {
+            (0, true) => "complete".to_string(),
+            (0, false) => format!("not synced at the end ({})", self.state.as_str()),
+            (n, true) => format!("lost {lost} messages in {n} gaps, synced after them"),
+            (n, false) => format!(
+                "lost {lost} messages in {n} gaps, not synced at the end ({})",
+                self.state.as_str()
+            ),
+        }
     }
 }
 
 impl fmt::Display for ReplaySummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "records:     {}", self.records)?;
+        match self.wire {
+            Some(wire) if self.detected => {
+                writeln!(
+                    f,
+                    "protocol:    {} (told from the datagrams: {})",
+                    wire.as_str(),
+                    self.detection
+                )?;
+            }
+            Some(wire) => {
+                let fit = self.detection.decoding_as(wire);
+                let looks = self.detection.wire().filter(|w| *w != wire);
+                match looks {
+                    Some(other) if fit * 2 < self.detection.datagrams => writeln!(
+                        f,
+                        "protocol:    {} as asked, but {} of the first {} datagrams decode as it and {} as {}: try --protocol {}",
+                        wire.as_str(),
+                        fit,
+                        self.detection.datagrams,
+                        self.detection.decoding_as(other),
+                        other.as_str(),
+                        other.as_str()
+                    )?,
+                    _ => writeln!(f, "protocol:    {} as asked", wire.as_str())?,
+                }
+            }
+            None => writeln!(f, "protocol:    none ({})", self.detection)?,
+        }
         writeln!(
             f,
             "datagrams:   {} udp, {} selected, {} ip fragments skipped, {} other skipped",
@@ -123,6 +194,21 @@ impl fmt::Display for ReplaySummary {
             self.messages, self.delivered
         )?;
         writeln!(f, "heartbeats:  {}", self.heartbeats)?;
+        if self.late.datagrams > 0 {
+            let names: Vec<String> = self
+                .late
+                .destinations
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            writeln!(
+                f,
+                "not replayed: {} datagrams to destinations first seen after the first {} records ({}): name every destination with --group",
+                self.late.datagrams,
+                LOOKAHEAD_RECORDS,
+                names.join(", ")
+            )?;
+        }
         let gaps: Vec<String> = self.gaps().map(ToString::to_string).collect();
         let lost: u64 = self.gaps().map(SeqRange::len).sum();
         writeln!(
@@ -139,7 +225,7 @@ impl fmt::Display for ReplaySummary {
                 .map_or_else(|| "-".to_string(), |(a, b)| format!("{a}..={b}"));
             writeln!(
                 f,
-                "stream {}: session {} state {} delivered {} ({}) duplicates {} malformed {} stale {}",
+                "stream {}: session {} ended {} delivered {} ({}) duplicates {} malformed {} stale {}: {}",
                 s.name,
                 s.session,
                 s.state.as_str(),
@@ -147,53 +233,85 @@ impl fmt::Display for ReplaySummary {
                 range,
                 st.sequencer.duplicates,
                 st.malformed,
-                st.stale_session
+                st.stale_session,
+                s.verdict()
             )?;
         }
-        let unsynced: Vec<&str> = self.unsynced().map(|s| s.name.as_str()).collect();
-        if unsynced.is_empty() {
-            write!(f, "unsynced:    none")
+        let incomplete: Vec<&str> = self.incomplete().map(|s| s.name.as_str()).collect();
+        if incomplete.is_empty() {
+            write!(f, "verdict:     every stream complete")
         } else {
             write!(
                 f,
-                "unsynced:    {} (data lost: do not trust state built from them)",
-                unsynced.join(", ")
+                "verdict:     incomplete: {} (state built from them is not the venue's)",
+                incomplete.join(", ")
             )
         }
     }
 }
 
-/// Replays the capture at `path`, writing the consumer stream as JSON lines to `jsonl`
-/// when given.
+/// Replays the capture at `path` (`-`: standard input), writing the consumer stream as
+/// JSON lines to `jsonl` when given.
 pub fn replay(
     path: &Path,
     options: &ReplayOptions,
     jsonl: Option<&mut dyn Write>,
 ) -> Result<ReplaySummary, ReplayError> {
-    let reader = CaptureReader::open(path)?;
+    let reader = if path.as_os_str() == "-" {
+        CaptureReader::stdin()?
+    } else {
+        CaptureReader::open(path)?
+    };
     replay_reader(reader, options, jsonl)
 }
 
-/// Replays an opened capture; see [`replay`].
+/// Replays an opened capture in one pass; see [`replay`].
+///
+/// Without [`ReplayOptions::destinations`], the destinations are those of the UDP
+/// datagrams among the first [`LOOKAHEAD_RECORDS`] records (or [`LOOKAHEAD_BYTES`] of
+/// them), read ahead and replayed from memory; datagrams to a destination first seen
+/// later are not replayed, and the summary counts them ([`ReplaySummary::late`]).
 pub fn replay_reader(
     mut reader: CaptureReader,
     options: &ReplayOptions,
     jsonl: Option<&mut dyn Write>,
 ) -> Result<ReplaySummary, ReplayError> {
-    let destinations = discover(&mut reader, options)?;
-    let mut reader = reader.rewound()?;
+    let mut progress = if options.progress {
+        Progress::on_stderr()
+    } else {
+        Progress::hidden()
+    };
+    let mut ahead = Lookahead::read(&mut reader)?;
+    let discovered = options.destinations.is_empty();
+    let destinations = if discovered {
+        ahead.destinations.clone()
+    } else {
+        options.destinations.clone()
+    };
+    let detection = ahead.detect(&destinations);
+    let wire = match options.wire.or_else(|| detection.wire()) {
+        Some(wire) => wire,
+        None => return Err(ReplayError::UnknownProtocol(detection)),
+    };
     let channels: Vec<ChannelSpec> = destinations
         .iter()
         .map(|d| ChannelSpec::new(&d.to_string(), LineSpec::loopback(*d)))
         .collect();
-    let mut spec = FeedSpec::new(options.wire, channels);
+    let mut spec = FeedSpec::new(wire, channels);
     spec.gap_policy = GapPolicy::Skip;
+    // Capture time is no reason to give a gap up: only room is (`make_room`), or the end.
+    spec.gap_deadline_ns = u64::MAX;
     spec.start_from = options.from_start.then_some(1);
-    spec.window = 1 << 16;
-    spec.max_buffered = 1 << 16;
-    // A gap is declared lost only when nothing filled it within a second of capture time:
-    // a capture recorded live holds the re-request answers that arrived after the gap.
-    spec.policy.reorder_delay_ns = 1_000_000_000;
+    // Nothing can be re-requested from a file, so time does not decide when a gap is
+    // lost: it is held (a capture recorded live holds the re-request answers that came
+    // after it) until holding what follows it would take more than the window, the buffer
+    // or the arena, or until the capture ends, and then exactly what had not arrived is
+    // declared lost. The bounds are memory, so the rate of the feed does not matter.
+    spec.window = REORDER_WINDOW;
+    spec.max_buffered = REORDER_WINDOW;
+    spec.arena_datagrams = HELD_DATAGRAMS;
+    spec.policy.reorder_delay_ns = u64::MAX;
+    spec.make_room = true;
     let mut venues = [UdpVenue::new(&options.venue, spec)];
 
     let mut names = StreamNames::new();
@@ -209,15 +327,20 @@ pub fn replay_reader(
     };
     let mut source = PcapSource {
         reader: &mut reader,
-        link: LinkStats::default(),
+        ahead: &mut ahead,
+        next_ahead: 0,
         selected: 0,
         destinations: &destinations,
-        error: None,
+        late: Late::default(),
+        discovered,
+        progress: &mut progress,
+        records: 0,
     };
     let pacing = Pacing {
         speed: options.speed,
     };
     let driven = super::run(&mut source, &mut venues, &mut sink, pacing)?;
+    source.progress.finish();
     if let Some(e) = sink.error.take() {
         return Err(e.into());
     }
@@ -227,8 +350,12 @@ pub fn replay_reader(
     let [feed] = &venues;
     let mut summary = ReplaySummary {
         records: driven.records,
-        link: source.link,
+        link: source.ahead.link,
         selected: source.selected,
+        late: source.late,
+        wire: Some(wire),
+        detected: options.wire.is_none(),
+        detection,
         ..ReplaySummary::default()
     };
     for (i, tally) in sink.per_stream.into_iter().enumerate() {
@@ -240,7 +367,7 @@ pub fn replay_reader(
             name: feed.channel_name(i).to_string(),
             session: feed
                 .session(i)
-                .map_or_else(String::new, |s| s.display(options.wire)),
+                .map_or_else(String::new, |s| s.display(wire)),
             state: feed.state(i),
             delivered_range: tally.first.zip(tally.last),
             delivered: tally.delivered,
@@ -251,31 +378,147 @@ pub fn replay_reader(
     Ok(summary)
 }
 
-/// The datagrams of a capture, those to `destinations` only.
+/// Messages a gap may hold back per stream: gaps are declared lost, oldest first, when a
+/// message would land this far past the first of them.
+pub const REORDER_WINDOW: usize = 1 << 16;
+
+/// Datagrams held per stream behind a gap at most (2 KiB each).
+pub const HELD_DATAGRAMS: usize = 16_384;
+
+/// Records read ahead at most before a replay starts.
+pub const LOOKAHEAD_RECORDS: usize = 100_000;
+
+/// Bytes of datagrams read ahead at most before a replay starts (16 MiB).
+pub const LOOKAHEAD_BYTES: usize = 16 << 20;
+
+/// Destinations first seen after the look-ahead, named in the summary at most.
+const LATE_NAMED: usize = 8;
+
+/// Datagrams to destinations first seen after the look-ahead: not replayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Late {
+    /// How many datagrams.
+    pub datagrams: u64,
+    /// The first few such destinations.
+    pub destinations: Vec<SocketAddrV4>,
+}
+
+/// One record read ahead: a datagram's payload is `bytes[start..start + len]`.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    ts: u64,
+    datagram: Option<(SocketAddrV4, usize, usize)>,
+}
+
+/// The first records of a capture, read before the replay starts to learn what it holds.
+#[derive(Debug, Default)]
+struct Lookahead {
+    held: Vec<Held>,
+    bytes: Vec<u8>,
+    /// Link-layer outcome of every record read, ahead and after.
+    link: LinkStats,
+    /// UDP destinations in the order first seen.
+    destinations: Vec<SocketAddrV4>,
+}
+
+impl Lookahead {
+    /// How the datagrams read ahead to `destinations` decode.
+    fn detect(&self, destinations: &[SocketAddrV4]) -> Detection {
+        let mut detection = Detection::default();
+        for held in &self.held {
+            if let Some((dst, start, len)) = held.datagram
+                && destinations.contains(&dst)
+                && let Some(payload) = self.bytes.get(start..start + len)
+            {
+                detection.add(payload);
+            }
+        }
+        detection
+    }
+
+    fn read(reader: &mut CaptureReader) -> Result<Self, CaptureError> {
+        let mut ahead = Self::default();
+        while ahead.held.len() < LOOKAHEAD_RECORDS && ahead.bytes.len() < LOOKAHEAD_BYTES {
+            let Some(record) = reader.next_record() else {
+                break;
+            };
+            let record = record?;
+            let datagram = ahead.link.extract(record.link, record.data).map(|d| {
+                if !ahead.destinations.contains(&d.dst)
+                    && ahead.destinations.len() < usize::from(u16::MAX)
+                {
+                    ahead.destinations.push(d.dst);
+                }
+                let start = ahead.bytes.len();
+                ahead.bytes.extend_from_slice(d.payload);
+                (d.dst, start, d.payload.len())
+            });
+            ahead.held.push(Held {
+                ts: record.ts_ns,
+                datagram,
+            });
+        }
+        Ok(ahead)
+    }
+}
+
+/// The datagrams of a capture, those to `destinations` only: first those read ahead,
+/// then the rest from the reader.
 struct PcapSource<'r> {
     reader: &'r mut CaptureReader,
-    link: LinkStats,
+    ahead: &'r mut Lookahead,
+    next_ahead: usize,
     selected: u64,
     destinations: &'r [SocketAddrV4],
-    error: Option<CaptureError>,
+    late: Late,
+    discovered: bool,
+    progress: &'r mut Progress,
+    records: u64,
 }
+
+/// Records between two looks at the clock for the progress line.
+const PROGRESS_EVERY: u64 = 4_096;
 
 impl Source for PcapSource<'_> {
     type Error = CaptureError;
 
     fn next_record(&mut self) -> Option<Result<Record<'_>, CaptureError>> {
-        if let Some(e) = self.error.take() {
-            return Some(Err(e));
+        if let Some(held) = self.ahead.held.get(self.next_ahead).copied() {
+            self.next_ahead += 1;
+            let ts = held.ts;
+            let Some((dst, start, len)) = held.datagram else {
+                return Some(Ok(Record::Skipped { ts }));
+            };
+            if !self.destinations.contains(&dst) {
+                return Some(Ok(Record::Skipped { ts }));
+            }
+            self.selected += 1;
+            let payload = self.ahead.bytes.get(start..start + len).unwrap_or_default();
+            return Some(Ok(Record::Datagram { ts, dst, payload }));
+        }
+        self.records += 1;
+        if self.records.is_multiple_of(PROGRESS_EVERY) {
+            let (read, total) = (self.reader.input_read(), self.reader.input_len());
+            let unpacked = self.reader.was_compressed().then(|| self.reader.position());
+            self.progress.update(read, total, unpacked, self.records);
         }
         let record = match self.reader.next_record()? {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
         let ts = record.ts_ns;
-        let Some(datagram) = self.link.extract(record.link, record.data) else {
+        let Some(datagram) = self.ahead.link.extract(record.link, record.data) else {
             return Some(Ok(Record::Skipped { ts }));
         };
         if !self.destinations.contains(&datagram.dst) {
+            if self.discovered {
+                self.late.datagrams += 1;
+                if self.late.destinations.len() < LATE_NAMED
+                    && !self.late.destinations.contains(&datagram.dst)
+                {
+                    self.late.destinations.push(datagram.dst);
+                }
+            }
             return Some(Ok(Record::Skipped { ts }));
         }
         self.selected += 1;
@@ -303,7 +546,7 @@ pub fn apply_replay_config(
         .find(|v| !matches!(v.kind, VenueKind::Binance { .. }))
         .ok_or(ReplayError::NoUdpVenue)?;
     let spec = spec_from_config(venue, 0).ok_or(ReplayError::NoUdpVenue)?;
-    options.wire = spec.wire;
+    options.wire = Some(spec.wire);
     options.venue = venue.name.as_str().to_string();
     options.destinations = spec
         .channels
@@ -317,28 +560,6 @@ pub fn apply_replay_config(
         VenueKind::Binance { .. } => false,
     };
     Ok(())
-}
-
-/// The destinations to replay, in the order first seen.
-fn discover(
-    reader: &mut CaptureReader,
-    options: &ReplayOptions,
-) -> Result<Vec<SocketAddrV4>, ReplayError> {
-    if !options.destinations.is_empty() {
-        return Ok(options.destinations.clone());
-    }
-    let mut seen = Vec::new();
-    let mut link = LinkStats::default();
-    while let Some(record) = reader.next_record() {
-        let record = record?;
-        if let Some(d) = link.extract(record.link, record.data)
-            && !seen.contains(&d.dst)
-            && seen.len() < usize::from(u16::MAX)
-        {
-            seen.push(d.dst);
-        }
-    }
-    Ok(seen)
 }
 
 #[derive(Debug, Clone, Default)]

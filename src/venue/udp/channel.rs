@@ -242,6 +242,9 @@ impl Channel {
         emit: &mut impl Emit,
     ) {
         let stream = self.stream;
+        if spec.make_room && a.via == Via::Multicast {
+            self.make_room(core, spec, epoch, seq, stored.is_none(), emit);
+        }
         let offset = wire::offset_in(a.bytes, msg).unwrap_or(0) as u16;
         let len = msg.len() as u16;
         let payload = if core.detector.is_next(stream, epoch, seq) {
@@ -311,6 +314,60 @@ impl Channel {
         }
         self.deliver(core, &mut out, a.bytes, a.recv, emit);
         core.out = out;
+    }
+
+    /// With [`FeedSpec::make_room`]: declares the oldest gaps lost, one at a time, until
+    /// the message `seq` can be held: inside the reorder window, under the buffer cap, and
+    /// with a free arena slot when its datagram needs one. What is declared lost is what
+    /// had not arrived when room ran out, exactly; nothing that did arrive is dropped.
+    fn make_room(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        epoch: u64,
+        seq: u64,
+        needs_slot: bool,
+        emit: &mut impl Emit,
+    ) {
+        let stream = self.stream;
+        let window = spec.window.max(1).next_power_of_two() as u64;
+        let cap = spec.max_buffered.min(spec.window).max(1);
+        // Each pass declares one range lost, or reveals the one a jump past the window
+        // leaves behind; the window bounds the passes.
+        for _ in 0..=spec.window.saturating_add(1) {
+            if core.detector.epoch(stream) != Some(epoch)
+                || !matches!(
+                    core.detector.state(stream),
+                    StreamState::Synced | StreamState::DirtySyncPending | StreamState::Recovering
+                )
+            {
+                return;
+            }
+            let Some(expected) = core.detector.expected(stream) else {
+                return;
+            };
+            if seq <= expected {
+                return;
+            }
+            let in_window = seq - expected < window;
+            let room = core.detector.buffered(stream) < cap
+                && (!needs_slot || self.arena.free_slots() > 0);
+            if in_window && room {
+                return;
+            }
+            match core.detector.missing(stream).next() {
+                Some(range) => {
+                    self.lose(range, LostReason::NoRoom, emit);
+                    self.resynchronize(core, range.to.saturating_add(1), emit);
+                }
+                // Nothing known missing, and `seq` is a window or more ahead: what lies
+                // between never came.
+                None if !in_window => {
+                    core.detector.heartbeat(stream, epoch, seq);
+                }
+                None => return,
+            }
+        }
     }
 
     /// Emits delivered messages (those in `datagram` received at `recv`), releasing their

@@ -85,7 +85,6 @@ impl PacketArena {
     }
 
     /// Slots not in use.
-    #[cfg(test)]
     pub fn free_slots(&self) -> usize {
         self.free.len()
     }

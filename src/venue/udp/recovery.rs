@@ -569,12 +569,7 @@ impl Channel {
             let next = match (first, state) {
                 (Some(range), _) if range.from <= limit => {
                     let range = SeqRange::new(range.from, range.to.min(limit));
-                    self.lost(range, reason);
-                    emit.emit(&Event::Gap {
-                        stream: self.id,
-                        from: range.from,
-                        to: range.to,
-                    });
+                    self.lose(range, reason, emit);
                     range.to.saturating_add(1)
                 }
                 (None, StreamState::ResetRequired) => {
@@ -589,6 +584,17 @@ impl Channel {
         self.requester.clear();
         self.publish_state(core, emit);
         self.report_lost(core, now, false);
+    }
+
+    /// Declares `range` lost: counted, reported (rate-limited) and told to the consumers as
+    /// a gap event; the caller resumes delivery after it.
+    pub(super) fn lose(&mut self, range: SeqRange, reason: LostReason, emit: &mut impl Emit) {
+        self.lost(range, reason);
+        emit.emit(&Event::Gap {
+            stream: self.id,
+            from: range.from,
+            to: range.to,
+        });
     }
 
     /// Counts `range` as lost, for the next report.

@@ -119,6 +119,12 @@ pub struct FeedSpec {
     /// With [`GapPolicy::Skip`]: a gap still open this long after it appeared is declared
     /// lost, whether or not re-requests for it are still going on.
     pub gap_deadline_ns: u64,
+    /// When a datagram cannot be held (past the reorder window, over the buffer cap, or
+    /// no free datagram slot), declare the oldest gaps lost until it can, rather than
+    /// drop it and resynchronise. For inputs where nothing can be re-requested (a
+    /// capture), with a reorder delay that never ends: a gap is then held while memory
+    /// allows, and exactly what had not arrived is declared lost.
+    pub make_room: bool,
 }
 
 impl FeedSpec {
@@ -141,6 +147,7 @@ impl FeedSpec {
             session_confirm: 3,
             gap_policy: GapPolicy::Hold,
             gap_deadline_ns: 1_000_000_000,
+            make_room: false,
         }
     }
 }

@@ -84,11 +84,12 @@ fn recorded_capture_replays_to_what_was_received_live() {
     // stream, so nothing is missing).
     let reader = CaptureReader::open(&files[0]).unwrap();
     let options = ReplayOptions {
-        wire: Wire::MoldUdp64,
+        wire: Some(Wire::MoldUdp64),
         destinations: vec![GROUP],
         venue: "sim".into(),
         speed: None,
         from_start: true,
+        progress: false,
     };
     let mut out = Vec::new();
     let summary = replay_reader(reader, &options, Some(&mut out)).unwrap();
