@@ -227,7 +227,6 @@ impl<S: Read + Write> MaybeTls<S> {
     }
 
     /// Whether the TLS handshake is still running (always false for plain).
-    #[cfg(test)]
     pub fn is_handshaking(&self) -> bool {
         match self {
             Self::Plain(_) => false,

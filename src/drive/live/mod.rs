@@ -20,6 +20,7 @@
 
 mod conns;
 mod fetch;
+mod limit;
 pub mod udp;
 
 #[cfg(test)]
@@ -205,7 +206,7 @@ impl RxLoop {
             poll,
             venues,
             sockets,
-            conns: Conns::new(CONN_BASE),
+            conns: Conns::new(CONN_BASE, Arc::clone(&waker)),
             fetches: FetchService::new(waker),
             batch: RecvBatch::new(options.batch, options.max_datagram),
             clock: Clock::new(),
@@ -277,9 +278,13 @@ impl RxLoop {
         })
     }
 
-    /// The earliest deadline of any venue.
+    /// The earliest deadline of any venue or connection.
     fn next_deadline(&self) -> Option<Mono> {
-        self.venues.iter().filter_map(Venue::poll_timeout).min()
+        let venues = self.venues.iter().filter_map(Venue::poll_timeout).min();
+        [venues, self.conns.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// How long the poll may wait at `now`: the idle strategy's bound, cut short by the
@@ -335,7 +340,18 @@ impl RxLoop {
 
     /// Fetch results, timers, and what the venues asked for. Returns the work done.
     fn after_io(&mut self, now: Mono) -> usize {
-        let mut work = 0;
+        let mut work = self.conns.resolved(
+            now,
+            self.poll.registry(),
+            &mut self.venues,
+            &mut self.fanout,
+        );
+        work += self.conns.expire(
+            now,
+            self.poll.registry(),
+            &mut self.venues,
+            &mut self.fanout,
+        );
         while let Some(done) = self.fetches.try_next() {
             work += 1;
             if let fetch::Outcome::Failed(reason) = &done.outcome
@@ -381,18 +397,20 @@ impl RxLoop {
             };
             work += 1;
             match request {
-                IoRequest::Open { conn, url } => {
-                    crate::log_debug!("{}: connecting to {url}", venue.name());
-                    if let Err(e) = self.conns.open(self.poll.registry(), v, conn, &url) {
-                        let reason = format!("connect to {url}: {e}");
-                        crate::log_warn!("{}: {reason}", venue.name());
-                        venue.handle_connection(
-                            now,
-                            conn,
-                            crate::venue::ConnEvent::Failed(&reason),
-                            &mut self.fanout,
-                        );
-                    }
+                IoRequest::Open { conn, url, limits } => {
+                    crate::log_debug!("{}: connection {}: opening {url}", venue.name(), conn.0);
+                    // The clock read after the step, so a retry is timed from when it ended.
+                    let now = Mono::from_nanos(self.clock.tick()).max(now);
+                    self.conns.open(
+                        now,
+                        self.poll.registry(),
+                        v,
+                        venue,
+                        conn,
+                        &url,
+                        limits,
+                        &mut self.fanout,
+                    );
                 }
                 IoRequest::Close { conn } => {
                     if self.conns.close(self.poll.registry(), v, conn) {
