@@ -112,6 +112,9 @@ pub struct RxShared {
     pub metrics: Option<Arc<crate::metrics::Registry>>,
     /// Per-stream metrics, indexed by consumer stream id.
     pub stream_metrics: Vec<Arc<crate::metrics::StreamMetrics>>,
+    /// Venue-wide metrics (connections, snapshot requests), indexed by venue; `None` for a
+    /// venue with no venue-wide counters.
+    pub venue_metrics: Vec<Option<Arc<crate::metrics::VenueMetrics>>>,
     /// Set to ask the loop to finish its cycle and return.
     pub stop: Arc<AtomicBool>,
     /// Monotonic nanoseconds (process clock) of the last completed cycle.
@@ -125,6 +128,7 @@ impl Default for RxShared {
         Self {
             metrics: None,
             stream_metrics: Vec::new(),
+            venue_metrics: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             alive_ns: Arc::new(AtomicU64::new(0)),
             views: Arc::new(std::sync::Mutex::new(Vec::new())),
@@ -164,6 +168,8 @@ pub struct RxLoop {
     shared: RxShared,
     last_publish: Mono,
     recorder: Option<PcapTap>,
+    /// Rate limit of the snapshot failure lines.
+    log: limit::LogLimit,
     /// Warnings to log once the loop runs (receive buffers the kernel capped).
     pub warnings: Vec<String>,
 }
@@ -216,6 +222,7 @@ impl RxLoop {
             shared,
             last_publish: Mono::ZERO,
             recorder: None,
+            log: limit::LogLimit::default(),
             warnings,
         })
     }
@@ -354,10 +361,36 @@ impl RxLoop {
         );
         while let Some(done) = self.fetches.try_next() {
             work += 1;
-            if let fetch::Outcome::Failed(reason) = &done.outcome
-                && let Some(venue) = self.venues.get(done.venue)
-            {
-                crate::log_warn!("{}: snapshot failed: {reason}", venue.name());
+            if let Some(venue) = self.venues.get(done.venue) {
+                let name = venue.name();
+                match &done.outcome {
+                    fetch::Outcome::Failed(reason) => {
+                        if let Some(held) = self.log.allow(now, done.venue, "snapshot") {
+                            let note = limit::held_note(held);
+                            crate::log_warn!(
+                                "{name}: snapshot {} failed: {reason}{note}",
+                                done.id.0
+                            );
+                        }
+                    }
+                    fetch::Outcome::Http { status, body, .. } if *status != 200 => {
+                        if let Some(held) = self.log.allow(now, done.venue, "snapshot status") {
+                            let note = limit::held_note(held);
+                            let excerpt = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
+                            crate::log_warn!(
+                                "{name}: snapshot {} answered {status}: {}{note}",
+                                done.id.0,
+                                excerpt.trim()
+                            );
+                        }
+                    }
+                    fetch::Outcome::Http { body, .. } => crate::log_debug!(
+                        "{name}: snapshot {} answered 200 ({} bytes)",
+                        done.id.0,
+                        body.len()
+                    ),
+                    _ => {}
+                }
             }
             if let Some(venue) = self.venues.get_mut(done.venue) {
                 venue.handle_fetch(now, done.id, done.outcome.reply(), &mut self.fanout);
@@ -429,9 +462,16 @@ impl RxLoop {
                     ..
                 } => {
                     let timeout = Duration::from_nanos(timeout_ns);
+                    crate::log_debug!("{}: snapshot {} requested: {what:?}", venue.name(), id.0);
                     if let Err(e) = self.fetches.start(v, id, what, timeout) {
                         let reason = e.to_string();
-                        crate::log_warn!("{}: snapshot not started: {reason}", venue.name());
+                        if let Some(held) = self.log.allow(now, v, "snapshot start") {
+                            let note = limit::held_note(held);
+                            crate::log_warn!(
+                                "{}: snapshot not started: {reason}{note}",
+                                venue.name()
+                            );
+                        }
                         venue.handle_fetch(
                             now,
                             id,
@@ -461,6 +501,9 @@ impl RxLoop {
     fn publish_views(&mut self) -> Vec<StreamView> {
         let mut views = Vec::new();
         for (v, venue) in self.venues.iter().enumerate() {
+            if let Some(Some(m)) = self.shared.venue_metrics.get(v) {
+                m.publish(&venue.counters());
+            }
             let sockets = self.sockets.get(v).map(Vec::as_slice).unwrap_or_default();
             for i in 0..venue.stream_count() {
                 let Some(info) = venue.stream(i) else {

@@ -349,3 +349,98 @@ fn a_resolver_that_never_answers_stalls_nothing() {
         "the lookups failed and were reported: {t:?}"
     );
 }
+
+/// Issue 13, case 7: refused connections and failed snapshots are counted, and the
+/// Binance venue's own counters reach the metrics endpoint.
+#[test]
+fn connection_and_snapshot_failures_reach_the_metrics() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let sim = BinanceSim::start(BinanceSimConfig::generated(
+        &["btcusdt"],
+        BookStyle::Spot,
+        50.0,
+    ))
+    .expect("sim");
+    // Data flows, snapshots are refused.
+    let fed = binance(&sim.ws_base(), "http://127.0.0.1:1", &["btcusdt"], |_| {});
+    // Nothing listens at all.
+    let refused = binance(
+        "ws://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        &["ethusdt"],
+        |_| {},
+    );
+    let registry = Arc::new(crate::metrics::Registry::new());
+    let venue_metrics = vec![
+        Some(registry.add_venue("fed")),
+        Some(registry.add_venue("refused")),
+    ];
+    let streams: usize = 2;
+    let (producer, mut consumer) = publish::channel(16 << 20, streams);
+    let shared = RxShared {
+        metrics: Some(Arc::clone(&registry)),
+        venue_metrics,
+        ..RxShared::default()
+    };
+    let options = RxOptions {
+        idle: IdleStrategy::Yield,
+        publish_every: Duration::from_millis(50),
+        ..RxOptions::default()
+    };
+    let rx = RxLoop::new(
+        vec![fed, refused],
+        Fanout::new(vec![producer]),
+        options,
+        shared.clone(),
+    )
+    .expect("poll");
+    let rx = std::thread::spawn(move || rx.run());
+    let value = |text: &str, name: &str, venue: &str| -> u64 {
+        let prefix = format!("{name}{{venue=\"{venue}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        while consumer.pop(|_| {}).is_some() {}
+        text = registry
+            .encode(crate::metrics::Format::Text)
+            .expect("encode");
+        if value(&text, "gapless_venue_snapshot_errors_total", "fed") >= 1
+            && value(&text, "gapless_venue_tcp_errors_total", "refused") >= 2
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let _ = rx.join().expect("rx thread").expect("rx loop");
+    let show: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gapless_venue_") && !l.ends_with(" 0"))
+        .collect();
+    eprintln!("{show:#?}");
+    assert!(
+        value(&text, "gapless_venue_frames_total", "fed") >= 1,
+        "{show:?}"
+    );
+    assert!(
+        value(&text, "gapless_venue_connects_total", "fed") >= 1,
+        "{show:?}"
+    );
+    assert!(
+        value(&text, "gapless_venue_snapshot_errors_total", "fed") >= 1,
+        "{show:?}"
+    );
+    assert!(
+        value(&text, "gapless_venue_tcp_errors_total", "refused") >= 2,
+        "{show:?}"
+    );
+    assert!(
+        value(&text, "gapless_venue_connect_errors_total", "refused") >= 2,
+        "{show:?}"
+    );
+}
