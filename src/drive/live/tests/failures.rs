@@ -249,12 +249,16 @@ const IN_NETNS: &str = "GAPLESS_TEST_IN_NETNS";
 /// `/etc/resolv.conf` pointing at a name server on 127.0.0.1:53 that never answers.
 /// False if namespaces are not available here.
 fn rerun_in_netns(test: &str) -> bool {
-    let usable = std::process::Command::new("unshare")
-        .args(["-rnm", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipping: unshare -rnm is not available");
+    let works = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !works("unshare", &["-rnm", "true"]) || !works("ip", &["-V"]) {
+        eprintln!("skipping: unshare -rnm or ip (iproute2) is not available");
         return false;
     }
     let dir = std::env::temp_dir().join(format!("gapless-netns-{}", std::process::id()));
