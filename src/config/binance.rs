@@ -9,7 +9,7 @@ use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::RawVenue;
-use super::schema::{Buffering, Market, Recovery, UpdateSpeed, VenueKind};
+use super::schema::{BinanceLink, Buffering, Market, Recovery, UpdateSpeed, VenueKind};
 use super::values::{DepthLimit, Symbol, Url};
 use super::venue::{buffering, millis};
 
@@ -39,7 +39,10 @@ pub(super) fn binance(
     let raw = table.get_ref();
     let header = table.span();
     let allowed = "name, kind, recovery, market, ws_url, rest_url, symbols, depth_limit, \
-                   update_speed, weight_budget_per_min, silence_timeout_ms, ws_max_age_secs";
+                   update_speed, weight_budget_per_min, silence_timeout_ms, ws_max_age_secs, \
+                   resolve_timeout_ms, connect_timeout_ms, tls_timeout_ms, upgrade_timeout_ms, \
+                   ping_interval_ms, healthy_after_secs, connect_budget, \
+                   connect_budget_window_secs";
     let owner = "moldudp64 and iex-tp venues";
     report.foreign_keys(
         &raw.multicast_keys(),
@@ -91,6 +94,7 @@ pub(super) fn binance(
             .int(f, &path.key("ws_max_age_secs"), 60..=86_399)
             .map(Duration::from_secs),
     };
+    let link = link(raw, path, silence_timeout, report);
 
     let ws_url = url(
         &raw.ws_url,
@@ -120,8 +124,82 @@ pub(super) fn binance(
         weight_budget_per_min: weight_budget_per_min?,
         silence_timeout: silence_timeout?,
         ws_max_age: ws_max_age?,
+        link: link?,
         buffering: buffering?,
         snapshot_timeout: snapshot_timeout?,
+    })
+}
+
+/// The connection keys: step deadlines, pings, health and the attempt budget.
+fn link(
+    raw: &RawVenue,
+    path: &Path,
+    silence: Option<Duration>,
+    report: &mut Report<'_>,
+) -> Option<BinanceLink> {
+    let d = BinanceLink::default();
+    let step = |field, key: &str, default, report: &mut Report<'_>| {
+        millis(field, &path.key(key), 10..=120_000, default, report)
+    };
+    let resolve_timeout = step(
+        &raw.resolve_timeout_ms,
+        "resolve_timeout_ms",
+        d.resolve_timeout,
+        report,
+    );
+    let connect_timeout = step(
+        &raw.connect_timeout_ms,
+        "connect_timeout_ms",
+        d.connect_timeout,
+        report,
+    );
+    let tls_timeout = step(&raw.tls_timeout_ms, "tls_timeout_ms", d.tls_timeout, report);
+    let upgrade_timeout = step(
+        &raw.upgrade_timeout_ms,
+        "upgrade_timeout_ms",
+        d.upgrade_timeout,
+        report,
+    );
+    // Pings must come well inside the silence timeout to keep a quiet connection alive.
+    let ping_max = silence.map_or(600_000, |s| {
+        i64::try_from(s.as_millis()).unwrap_or(i64::MAX) / 2
+    });
+    let ping_interval = millis(
+        &raw.ping_interval_ms,
+        &path.key("ping_interval_ms"),
+        0..=ping_max,
+        d.ping_interval
+            .min(Duration::from_millis(u64::try_from(ping_max).unwrap_or(0))),
+        report,
+    );
+    let healthy_after = match &raw.healthy_after_secs {
+        None => Some(d.healthy_after),
+        Some(f) => report
+            .int(f, &path.key("healthy_after_secs"), 1..=3_600)
+            .map(Duration::from_secs),
+    };
+    // Binance bans an address making more than 300 attempts in 5 minutes.
+    let connect_budget = report.int_or(
+        &raw.connect_budget,
+        &path.key("connect_budget"),
+        1..=250,
+        d.connect_budget,
+    );
+    let connect_budget_window = match &raw.connect_budget_window_secs {
+        None => Some(d.connect_budget_window),
+        Some(f) => report
+            .int(f, &path.key("connect_budget_window_secs"), 60..=3_600)
+            .map(Duration::from_secs),
+    };
+    Some(BinanceLink {
+        resolve_timeout: resolve_timeout?,
+        connect_timeout: connect_timeout?,
+        tls_timeout: tls_timeout?,
+        upgrade_timeout: upgrade_timeout?,
+        ping_interval: ping_interval?,
+        healthy_after: healthy_after?,
+        connect_budget: connect_budget?,
+        connect_budget_window: connect_budget_window?,
     })
 }
 

@@ -47,6 +47,14 @@
 //! | `weight_budget_per_min` | binance | 1..=100000 | 1200 |
 //! | `silence_timeout_ms` | binance | 100..=600000 | 5000 |
 //! | `ws_max_age_secs` | binance | 60..=86399 | 82800 |
+//! | `resolve_timeout_ms` | binance | 10..=120000 | 5000 |
+//! | `connect_timeout_ms` | binance | 10..=120000, each address | 5000 |
+//! | `tls_timeout_ms` | binance | 10..=120000 | 5000 |
+//! | `upgrade_timeout_ms` | binance | 10..=120000 | 5000 |
+//! | `ping_interval_ms` | binance | 0 (none) up to half of `silence_timeout_ms` | 2000 |
+//! | `healthy_after_secs` | binance | 1..=3600: open with data this long resets the backoff | 60 |
+//! | `connect_budget` | binance | 1..=250 attempts per window | 60 |
+//! | `connect_budget_window_secs` | binance | 60..=3600 | 300 |
 //!
 //! A key of another venue kind is an error that names the key and the kind.
 //!
@@ -106,8 +114,8 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position};
 pub use schema::{
-    Buffering, Channel, Daemon, GapPolicy, Idle, LogLevel, Market, Recovery, Sink, Snapshot, Start,
-    UpdateSpeed, Venue, VenueKind,
+    BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, LogLevel, Market, Recovery, Sink,
+    Snapshot, Start, UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{
     DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,

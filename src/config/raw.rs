@@ -56,6 +56,14 @@ pub(super) struct RawVenue {
     pub weight_budget_per_min: Field<i64>,
     pub silence_timeout_ms: Field<i64>,
     pub ws_max_age_secs: Field<i64>,
+    pub resolve_timeout_ms: Field<i64>,
+    pub connect_timeout_ms: Field<i64>,
+    pub tls_timeout_ms: Field<i64>,
+    pub upgrade_timeout_ms: Field<i64>,
+    pub ping_interval_ms: Field<i64>,
+    pub healthy_after_secs: Field<i64>,
+    pub connect_budget: Field<i64>,
+    pub connect_budget_window_secs: Field<i64>,
 }
 
 /// The span of a key's value, whatever its type.
@@ -87,6 +95,17 @@ impl RawVenue {
             ("weight_budget_per_min", span(&self.weight_budget_per_min)),
             ("silence_timeout_ms", span(&self.silence_timeout_ms)),
             ("ws_max_age_secs", span(&self.ws_max_age_secs)),
+            ("resolve_timeout_ms", span(&self.resolve_timeout_ms)),
+            ("connect_timeout_ms", span(&self.connect_timeout_ms)),
+            ("tls_timeout_ms", span(&self.tls_timeout_ms)),
+            ("upgrade_timeout_ms", span(&self.upgrade_timeout_ms)),
+            ("ping_interval_ms", span(&self.ping_interval_ms)),
+            ("healthy_after_secs", span(&self.healthy_after_secs)),
+            ("connect_budget", span(&self.connect_budget)),
+            (
+                "connect_budget_window_secs",
+                span(&self.connect_budget_window_secs),
+            ),
         ];
         keys.into_iter()
             .filter_map(|(k, s)| Some((k, s?)))

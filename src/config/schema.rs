@@ -218,6 +218,8 @@ pub enum VenueKind {
         silence_timeout: Duration,
         /// The connection is replaced after this long, before the server's 24-hour cut.
         ws_max_age: Duration,
+        /// Deadlines of opening a connection, pings, and reconnect pacing.
+        link: BinanceLink,
         /// Updates held while a snapshot is fetched.
         buffering: Buffering,
         /// A snapshot not complete by then is abandoned and tried again.
@@ -374,6 +376,44 @@ impl Sink {
     pub fn path(&self) -> &std::path::Path {
         match self {
             Sink::Jsonl { path } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
+        }
+    }
+}
+
+/// How a Binance venue opens, watches and paces its WebSocket connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinanceLink {
+    /// Name resolution may take this long.
+    pub resolve_timeout: Duration,
+    /// A TCP connect may take this long (each address).
+    pub connect_timeout: Duration,
+    /// The TLS handshake may take this long.
+    pub tls_timeout: Duration,
+    /// The WebSocket upgrade may take this long.
+    pub upgrade_timeout: Duration,
+    /// The client pings this often; zero: never.
+    pub ping_interval: Duration,
+    /// Open with data for this long, a connection is healthy and the backoff starts over.
+    pub healthy_after: Duration,
+    /// Connection attempts allowed in any `connect_budget_window`.
+    pub connect_budget: u32,
+    /// The window of `connect_budget`.
+    pub connect_budget_window: Duration,
+}
+
+impl Default for BinanceLink {
+    /// 5 s for each step of opening, a ping every 2 s, healthy after 60 s, 60 attempts in
+    /// any 300 s (Binance bans an address over 300 in 5 minutes).
+    fn default() -> Self {
+        Self {
+            resolve_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            tls_timeout: Duration::from_secs(5),
+            upgrade_timeout: Duration::from_secs(5),
+            ping_interval: Duration::from_secs(2),
+            healthy_after: Duration::from_secs(60),
+            connect_budget: 60,
+            connect_budget_window: Duration::from_secs(300),
         }
     }
 }

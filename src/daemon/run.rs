@@ -44,7 +44,7 @@ use crate::publish::{Consumer, Producer, channel};
 use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
 use crate::sinks::pcap::PcapSinkHandle;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle};
-use crate::venue::{AnyVenue, BuildError};
+use crate::venue::{AnyVenue, BuildError, Venue as _};
 
 /// Why the daemon could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -241,9 +241,14 @@ impl Daemon {
                     source: Box::new(e),
                 }
             })?;
+        let venue_metrics = venues
+            .iter()
+            .map(|v| (!v.counters().is_empty()).then(|| registry.add_venue(v.name())))
+            .collect();
         let shared = RxShared {
             metrics: Some(Arc::clone(&registry)),
             stream_metrics: stream_metrics.clone(),
+            venue_metrics,
             ..RxShared::default()
         };
         // Loss injection for chaos tests: off unless the environment asks, and loud then.

@@ -9,8 +9,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use super::http::{HttpError, HttpResponse, http_get};
-use super::tls::{Endpoint, Scheme};
+use super::http::{HttpClient, HttpError, HttpResponse};
 
 /// One snapshot request for a [`SnapshotFetcher`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,15 +58,13 @@ impl SnapshotFetcher {
         queue: usize,
         notify: impl Fn() + Send + 'static,
     ) -> Result<Self, HttpError> {
-        let endpoint = Endpoint::parse(url_base)?;
-        if !matches!(endpoint.scheme, Scheme::Http | Scheme::Https) {
-            return Err(HttpError::NotHttp(url_base.to_owned()));
-        }
+        // One client for the thread's life: its connections stay open between snapshots.
+        let client = HttpClient::new(url_base, timeout)?;
         let (request_tx, request_rx) = mpsc::sync_channel::<FetchRequest>(queue.max(1));
         let (result_tx, results) = mpsc::channel();
         let (done_tx, done) = mpsc::channel::<()>();
         let stop = Arc::new(AtomicBool::new(false));
-        let (base, flag) = (url_base.to_owned(), Arc::clone(&stop));
+        let flag = Arc::clone(&stop);
         let thread = thread::Builder::new()
             .name("snapshot-fetch".to_owned())
             .spawn(move || {
@@ -78,7 +75,7 @@ impl SnapshotFetcher {
                         Err(RecvTimeoutError::Timeout) => continue,
                         Err(RecvTimeoutError::Disconnected) => break,
                     };
-                    let result = http_get(&base, &request.path_and_query, timeout);
+                    let result = client.get(&request.path_and_query);
                     let outcome = FetchResult {
                         id: request.id,
                         result,
@@ -89,7 +86,7 @@ impl SnapshotFetcher {
                     notify();
                 }
             })
-            .map_err(HttpError::Io)?;
+            .map_err(HttpError::Thread)?;
         Ok(Self {
             requests: Some(request_tx),
             results,

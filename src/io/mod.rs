@@ -41,6 +41,7 @@ pub mod clock;
 pub mod fetch;
 pub mod http;
 pub mod idle;
+pub mod resolve;
 pub mod socket;
 pub mod soup;
 pub mod tls;

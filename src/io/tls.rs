@@ -8,7 +8,6 @@
 //! loop drives it like any other I/O.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::ServerName;
@@ -137,6 +136,7 @@ impl Endpoint {
 
     /// The `Host` header value: the host, bracketed if IPv6, with the port
     /// unless it is the scheme's default.
+    #[cfg(test)]
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
@@ -150,8 +150,11 @@ impl Endpoint {
         }
     }
 
-    /// Resolves the host (a literal address needs no resolver).
-    pub fn socket_addrs(&self) -> io::Result<Vec<SocketAddr>> {
+    /// Resolves the host (a literal address needs no resolver); blocking, so for tests
+    /// only (the live loop resolves through [`crate::io::resolve`]).
+    #[cfg(test)]
+    pub fn socket_addrs(&self) -> io::Result<Vec<std::net::SocketAddr>> {
+        use std::net::ToSocketAddrs;
         Ok((self.host.as_str(), self.port).to_socket_addrs()?.collect())
     }
 }
@@ -227,7 +230,6 @@ impl<S: Read + Write> MaybeTls<S> {
     }
 
     /// Whether the TLS handshake is still running (always false for plain).
-    #[cfg(test)]
     pub fn is_handshaking(&self) -> bool {
         match self {
             Self::Plain(_) => false,

@@ -1,6 +1,7 @@
 //! A non-blocking WebSocket client for a mio event loop.
 //!
-//! [`WsClient::connect`] starts a TCP connect and registers the socket for
+//! [`WsClient::connect_to`] starts a TCP connect to an address resolved
+//! beforehand (see [`crate::io::resolve`]) and registers the socket for
 //! readable and writable events (edge-triggered). Each event advances the
 //! state machine: TCP connect, TLS handshake (for `wss://`), HTTP upgrade,
 //! then frames. Nothing here blocks or sleeps: every call does what the
@@ -84,6 +85,8 @@ pub enum WsStatus {
     Open {
         /// Text frames handed to the callback by this call.
         frames: usize,
+        /// Pings and pongs received by this call (proof of life without data).
+        control: usize,
     },
     /// Closed: by a close frame (its code and reason), or by the connection
     /// ending without one ([`CLOSE_ABNORMAL`]).
@@ -106,6 +109,25 @@ pub struct WsStats {
     pub binary_frames: u64,
     /// Pings received; each is answered with a pong carrying its payload.
     pub pings: u64,
+    /// Pongs received (answers to [`WsClient::ping`], or unsolicited).
+    pub pongs: u64,
+    /// Pings sent by [`WsClient::ping`].
+    pub pings_sent: u64,
+}
+
+/// How far a connection has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsStage {
+    /// The TCP connect is running.
+    Tcp,
+    /// The TLS handshake is running.
+    Tls,
+    /// The upgrade request is out (or going), the `101` not read yet.
+    Upgrade,
+    /// Frames flow.
+    Open,
+    /// Closed.
+    Closed,
 }
 
 #[derive(Debug)]
@@ -129,12 +151,14 @@ impl WsClient {
     /// socket with `registry` under `token` for readable and writable events.
     /// Name resolution uses the system resolver and may block; a literal
     /// address does not.
+    #[cfg(test)]
     pub fn connect(url: &str, registry: &Registry, token: Token) -> Result<Self, WsError> {
         Self::connect_with(url, registry, token, None)
     }
 
     /// Like [`WsClient::connect`]; for `wss://`, `tls` (when given) verifies the server
     /// instead of the public roots, for a venue behind a private CA.
+    #[cfg(test)]
     pub fn connect_with(
         url: &str,
         registry: &Registry,
@@ -171,6 +195,67 @@ impl WsClient {
         })
     }
 
+    /// Starts connecting to `addr` for `url` (its host names the TLS server and the
+    /// `Host` header), without resolving anything: never blocks. `tls` as for
+    /// [`WsClient::connect_with`].
+    pub fn connect_to(
+        url: &str,
+        addr: std::net::SocketAddr,
+        registry: &Registry,
+        token: Token,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, WsError> {
+        let endpoint = Endpoint::parse(url)?;
+        if !matches!(endpoint.scheme, Scheme::Ws | Scheme::Wss) {
+            return Err(WsError::NotWebSocket(url.to_owned()));
+        }
+        let connect_error = |source| WsError::Connect {
+            endpoint: addr.to_string(),
+            source,
+        };
+        let mut socket = TcpStream::connect(addr).map_err(connect_error)?;
+        socket.set_nodelay(true).map_err(connect_error)?;
+        registry
+            .register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)
+            .map_err(connect_error)?;
+        let stream = match tls {
+            Some(config) => MaybeTls::with_config(socket, &endpoint, config)?,
+            None => MaybeTls::new(socket, &endpoint)?,
+        };
+        Ok(Self {
+            state: State::Connecting(stream),
+            url: url.to_owned(),
+            stats: WsStats::default(),
+        })
+    }
+
+    /// How far the connection has come.
+    pub fn stage(&self) -> WsStage {
+        match &self.state {
+            State::Connecting(_) => WsStage::Tcp,
+            State::Handshaking(mid) => {
+                if mid.get_ref().get_ref().is_handshaking() {
+                    WsStage::Tls
+                } else {
+                    WsStage::Upgrade
+                }
+            }
+            State::Open(_) => WsStage::Open,
+            State::Closed { .. } => WsStage::Closed,
+        }
+    }
+
+    /// Sends a ping (an empty payload) on an open connection; does nothing otherwise.
+    pub fn ping(&mut self) -> Result<(), WsError> {
+        let State::Open(ws) = &mut self.state else {
+            return Ok(());
+        };
+        let result = ws.write(Message::Ping(Default::default()));
+        self.stats.pings_sent += 1;
+        self.settle(result)?;
+        self.flush()
+    }
+
     /// Counters so far.
     #[cfg(test)]
     pub fn stats(&self) -> WsStats {
@@ -193,7 +278,7 @@ impl WsClient {
         let State::Open(ws) = &mut self.state else {
             return Ok(self.status(0));
         };
-        let mut frames = 0;
+        let (mut frames, mut control) = (0, 0);
         let result = loop {
             match ws.read() {
                 Ok(Message::Text(text)) => {
@@ -203,8 +288,15 @@ impl WsClient {
                     f(text.as_bytes());
                 }
                 Ok(Message::Binary(_)) => self.stats.binary_frames += 1,
-                Ok(Message::Ping(_)) => self.stats.pings += 1,
-                Ok(Message::Pong(_) | Message::Frame(_)) => {}
+                Ok(Message::Ping(_)) => {
+                    self.stats.pings += 1;
+                    control += 1;
+                }
+                Ok(Message::Pong(_)) => {
+                    self.stats.pongs += 1;
+                    control += 1;
+                }
+                Ok(Message::Frame(_)) => {}
                 Ok(Message::Close(frame)) => {
                     // Best effort: send the queued close reply before dropping.
                     let _ = ws.flush();
@@ -220,7 +312,10 @@ impl WsClient {
         };
         self.settle(result)?;
         self.flush()?;
-        Ok(self.status(frames))
+        Ok(match self.status(frames) {
+            WsStatus::Open { frames, .. } => WsStatus::Open { frames, control },
+            other => other,
+        })
     }
 
     /// Handles a writable event: advances the connect and handshake, and
@@ -269,7 +364,7 @@ impl WsClient {
     fn status(&self, frames: usize) -> WsStatus {
         match &self.state {
             State::Connecting(_) | State::Handshaking(_) => WsStatus::Connecting,
-            State::Open(_) => WsStatus::Open { frames },
+            State::Open(_) => WsStatus::Open { frames, control: 0 },
             State::Closed { code, reason } => WsStatus::Closed {
                 code: *code,
                 reason: reason.clone(),

@@ -41,6 +41,7 @@ pub mod counters;
 pub mod exporter;
 pub mod exposition;
 pub mod histogram;
+pub mod venue;
 
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,7 @@ pub use counters::{ProcessMetrics, Series, SeriesKind, StreamMetrics, StreamSamp
 pub use exporter::{Exporter, ExporterHandle, ExporterStats};
 pub use exposition::Format;
 pub use histogram::{AtomicHistogram, HistogramSnapshot, LatencySummary};
+pub use venue::{VenueMetrics, VenueSeries};
 
 /// How long the rx loop may go without marking itself alive before
 /// `/healthz` reports it unhealthy, unless set otherwise.
@@ -77,6 +79,7 @@ pub(crate) const SNAPSHOT_POWS: (u32, u32) = (20, 39);
 #[derive(Debug)]
 pub struct Registry {
     streams: Mutex<Vec<StreamEntry>>,
+    venues: Mutex<Vec<(String, Arc<VenueMetrics>)>>,
     consumers: Mutex<Vec<ConsumerEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
@@ -108,6 +111,7 @@ impl Registry {
     pub fn new() -> Self {
         Self {
             streams: Mutex::new(Vec::new()),
+            venues: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
@@ -120,6 +124,13 @@ impl Registry {
     pub fn with_alive_threshold(mut self, threshold: Duration) -> Self {
         self.alive_threshold = threshold;
         self
+    }
+
+    /// Registers a venue and returns the venue-wide metrics its rx thread writes.
+    pub fn add_venue(&self, venue: &str) -> Arc<VenueMetrics> {
+        let metrics = Arc::new(VenueMetrics::default());
+        lock(&self.venues).push((escape_label(venue), Arc::clone(&metrics)));
+        metrics
     }
 
     /// Registers a stream and returns the metrics its rx thread writes.
@@ -204,6 +215,7 @@ impl Registry {
     /// Every family with its current samples.
     fn families(&self) -> Vec<Family> {
         let mut families = stream_families(&lock(&self.streams));
+        families.extend(venue_families(&lock(&self.venues)));
         families.extend(consumer_families(&lock(&self.consumers)));
 
         let mut cycle = Family::new(
@@ -330,6 +342,29 @@ fn stream_families(streams: &[StreamEntry]) -> Vec<Family> {
         families.push(family);
     }
     families
+}
+
+fn venue_families(venues: &[(String, Arc<VenueMetrics>)]) -> Vec<Family> {
+    if venues.is_empty() {
+        return Vec::new();
+    }
+    VenueSeries::ALL
+        .iter()
+        .map(|series| {
+            let kind = match series.kind() {
+                SeriesKind::Counter => Kind::Counter,
+                SeriesKind::Gauge => Kind::Gauge,
+            };
+            let mut family = Family::new(series.name(), series.help(), kind);
+            for (venue, metrics) in venues {
+                family.push(
+                    vec![("venue", venue.clone())],
+                    Value::Int(metrics.get(*series)),
+                );
+            }
+            family
+        })
+        .collect()
 }
 
 fn consumer_families(consumers: &[ConsumerEntry]) -> Vec<Family> {

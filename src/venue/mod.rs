@@ -178,6 +178,8 @@ pub enum IoRequest {
         conn: ConnId,
         /// `ws://` or `wss://` URL.
         url: String,
+        /// The deadline of each step of the opening, and how often to ping once open.
+        limits: ConnLimits,
     },
     /// Close connection `conn`; the driver reports [`ConnEvent::Closed`] when it is gone.
     Close {
@@ -197,14 +199,79 @@ pub enum IoRequest {
     },
 }
 
+/// How long each step of opening a connection may take, and how often an open one is
+/// pinged, in nanoseconds (0: no ping). The driver gives up a step when its deadline
+/// passes and reports [`ConnEvent::Failed`] with `timed_out`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Name resolution.
+    pub resolve_ns: u64,
+    /// The TCP connect, per address tried.
+    pub connect_ns: u64,
+    /// The TLS handshake.
+    pub tls_ns: u64,
+    /// The WebSocket upgrade (request sent, `101` read).
+    pub upgrade_ns: u64,
+    /// Interval of the client's pings once open; 0: none.
+    pub ping_ns: u64,
+}
+
+impl Default for ConnLimits {
+    /// 5 s to resolve, 5 s a TCP connect, 5 s for TLS, 5 s for the upgrade; no pings.
+    fn default() -> Self {
+        const S: u64 = 1_000_000_000;
+        Self {
+            resolve_ns: 5 * S,
+            connect_ns: 5 * S,
+            tls_ns: 5 * S,
+            upgrade_ns: 5 * S,
+            ping_ns: 0,
+        }
+    }
+}
+
+/// The step of opening a connection that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnStage {
+    /// Name resolution.
+    Resolve,
+    /// The TCP connect (every address failed).
+    Connect,
+    /// The TLS handshake.
+    Tls,
+    /// The WebSocket upgrade.
+    Upgrade,
+}
+
+impl ConnStage {
+    /// A lowercase word for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Resolve => "resolve",
+            Self::Connect => "connect",
+            Self::Tls => "tls",
+            Self::Upgrade => "upgrade",
+        }
+    }
+}
+
 /// What became of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnEvent<'a> {
     /// The connection is open and frames may follow.
     Opened,
-    /// It could not be opened (resolution, connect, TLS or upgrade failed, or a deadline
-    /// passed), for this reason.
-    Failed(&'a str),
+    /// A ping or pong arrived: the connection is alive, though no data came.
+    Alive,
+    /// It could not be opened: `stage` failed, or its deadline passed (`timed_out`), for
+    /// this reason.
+    Failed {
+        /// The step that failed.
+        stage: ConnStage,
+        /// Whether the step's deadline passed.
+        timed_out: bool,
+        /// What went wrong, for the log.
+        reason: &'a str,
+    },
     /// It was open and has closed (by either side), for this reason.
     Closed(&'a str),
 }

@@ -173,6 +173,21 @@ pub enum Notice {
         /// Attempts in a row that have failed.
         attempts: u32,
     },
+    /// The connection attempt budget of the window is spent: the next attempt waits.
+    ConnectDeferred {
+        /// Attempts allowed per window.
+        budget: u32,
+        /// The window, in seconds.
+        window_secs: u64,
+        /// Nanoseconds until the next attempt.
+        retry_ns: u64,
+    },
+    /// A connection stayed open with data long enough to count as healthy: the reconnect
+    /// backoff starts again from its first delay.
+    ConnectionHealthy {
+        /// The connection.
+        conn: ConnId,
+    },
     /// A snapshot was asked for.
     SnapshotRequested {
         /// The venue's stream.
@@ -199,7 +214,9 @@ impl Notice {
             | Self::GapsLost { .. }
             | Self::RecoveryExhausted { .. }
             | Self::ConnectionLost { .. }
+            | Self::ConnectDeferred { .. }
             | Self::Dropped { .. } => NoticeLevel::Warn,
+            Self::ConnectionHealthy { .. } => NoticeLevel::Debug,
             Self::Reconnecting { .. } | Self::SnapshotRequested { .. } => NoticeLevel::Info,
         }
     }
@@ -213,7 +230,11 @@ impl Notice {
             | Self::GapsLost { stream, .. }
             | Self::RecoveryExhausted { stream, .. }
             | Self::SnapshotRequested { stream, .. } => Some(*stream),
-            Self::Reconnecting { .. } | Self::ConnectionLost { .. } | Self::Dropped { .. } => None,
+            Self::Reconnecting { .. }
+            | Self::ConnectionLost { .. }
+            | Self::ConnectDeferred { .. }
+            | Self::ConnectionHealthy { .. }
+            | Self::Dropped { .. } => None,
         }
     }
 }
@@ -290,6 +311,20 @@ impl fmt::Display for Notice {
                 conn.0,
                 attempts.saturating_add(1),
                 retry_ns / 1_000_000
+            ),
+            Self::ConnectDeferred {
+                budget,
+                window_secs,
+                retry_ns,
+            } => write!(
+                f,
+                "{budget} connection attempts in {window_secs} s spent: next attempt in {} ms",
+                retry_ns / 1_000_000
+            ),
+            Self::ConnectionHealthy { conn } => write!(
+                f,
+                "connection {}: healthy, reconnect backoff starts again from its first delay",
+                conn.0
             ),
             Self::SnapshotRequested {
                 cost, budget_used, ..

@@ -341,3 +341,90 @@ fn run_with_the_demo_config_delivers_both_venues() {
     assert!(binance_frames > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 13, case 7: with no venue running, refused WebSocket connections are logged with
+/// their reason, `debug` says what the venue is doing, and the venue's counters are on
+/// `/metrics`.
+#[test]
+fn refused_binance_connections_are_logged_and_exported() {
+    let dir = temp_dir("refused");
+    let (metrics, ws, rest) = (free_port(), free_port(), free_port());
+    let config = dir.join("refused.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[daemon]
+metrics_listen = "127.0.0.1:{metrics}"
+idle = "block"
+log_level = "debug"
+
+[[venue]]
+name = "bin"
+kind = "binance"
+market = "spot"
+ws_url = "ws://127.0.0.1:{ws}"
+rest_url = "http://127.0.0.1:{rest}"
+symbols = ["btcusdt"]
+"#
+        ),
+    )
+    .unwrap();
+    let notify_path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut daemon = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    // Attempts at about 0, 0.2, 0.6 and 1.4 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        text = http_get(metrics, "/metrics");
+        let errors = text
+            .lines()
+            .find_map(|l| l.strip_prefix("gapless_venue_tcp_errors_total{venue=\"bin\"} "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if errors >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = sigterm(&mut daemon);
+    let mut stderr = String::new();
+    daemon
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    eprintln!("{stderr}");
+    assert!(status.success(), "{status}");
+    assert!(
+        text.contains("gapless_venue_connect_errors_total{venue=\"bin\"}"),
+        "{text}"
+    );
+    let refused = stderr
+        .lines()
+        .filter(|l| l.contains("connect failed") && l.contains("refused"))
+        .count();
+    assert!(refused >= 1, "a reason for the refused connection");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("debug:") && l.contains("connecting to 127.0.0.1")),
+        "debug says what the venue is doing"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,6 +21,7 @@
 pub mod chaos;
 mod conns;
 mod fetch;
+mod limit;
 pub mod udp;
 
 #[cfg(test)]
@@ -119,6 +120,9 @@ pub struct RxShared {
     pub metrics: Option<Arc<crate::metrics::Registry>>,
     /// Per-stream metrics, indexed by consumer stream id.
     pub stream_metrics: Vec<Arc<crate::metrics::StreamMetrics>>,
+    /// Venue-wide metrics (connections, snapshot requests), indexed by venue; `None` for a
+    /// venue with no venue-wide counters.
+    pub venue_metrics: Vec<Option<Arc<crate::metrics::VenueMetrics>>>,
     /// Set to ask the loop to finish its cycle and return.
     pub stop: Arc<AtomicBool>,
     /// Monotonic nanoseconds (process clock) of the last completed cycle.
@@ -132,6 +136,7 @@ impl Default for RxShared {
         Self {
             metrics: None,
             stream_metrics: Vec::new(),
+            venue_metrics: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             alive_ns: Arc::new(AtomicU64::new(0)),
             views: Arc::new(std::sync::Mutex::new(Vec::new())),
@@ -171,6 +176,8 @@ pub struct RxLoop {
     shared: RxShared,
     last_publish: Mono,
     recorder: Option<PcapTap>,
+    /// Rate limit of the snapshot failure lines.
+    log: limit::LogLimit,
     /// Warnings to log once the loop runs (receive buffers the kernel capped).
     pub warnings: Vec<String>,
 }
@@ -216,7 +223,7 @@ impl RxLoop {
             poll,
             venues,
             sockets,
-            conns: Conns::new(CONN_BASE),
+            conns: Conns::new(CONN_BASE, Arc::clone(&waker)),
             fetches: FetchService::new(waker),
             batch: RecvBatch::new(options.batch, options.max_datagram),
             clock: Clock::new(),
@@ -226,6 +233,7 @@ impl RxLoop {
             shared,
             last_publish: Mono::ZERO,
             recorder: None,
+            log: limit::LogLimit::default(),
             warnings,
         })
     }
@@ -300,7 +308,8 @@ impl RxLoop {
         })
     }
 
-    /// The earliest deadline of any venue (or of a datagram the loss injector delays).
+    /// The earliest deadline of any venue or connection (or of a datagram the loss
+    /// injector delays).
     fn next_deadline(&self) -> Option<Mono> {
         let held = self
             .sockets
@@ -308,10 +317,10 @@ impl RxLoop {
             .flatten()
             .filter_map(|s| s.chaos.as_ref().and_then(chaos::Chaos::next_due))
             .min();
-        self.venues
-            .iter()
-            .filter_map(Venue::poll_timeout)
-            .chain(held)
+        let venues = self.venues.iter().filter_map(Venue::poll_timeout).min();
+        [venues, self.conns.next_deadline(), held]
+            .into_iter()
+            .flatten()
             .min()
     }
 
@@ -388,7 +397,18 @@ impl RxLoop {
 
     /// Fetch results, timers, and what the venues asked for. Returns the work done.
     fn after_io(&mut self, now: Mono) -> usize {
-        let mut work = 0;
+        let mut work = self.conns.resolved(
+            now,
+            self.poll.registry(),
+            &mut self.venues,
+            &mut self.fanout,
+        );
+        work += self.conns.expire(
+            now,
+            self.poll.registry(),
+            &mut self.venues,
+            &mut self.fanout,
+        );
         for (venue, sockets) in self.venues.iter_mut().zip(&mut self.sockets) {
             for (e, socket) in sockets.iter_mut().enumerate() {
                 let id = EndpointId(u16::try_from(e).unwrap_or(u16::MAX));
@@ -397,10 +417,36 @@ impl RxLoop {
         }
         while let Some(done) = self.fetches.try_next() {
             work += 1;
-            if let fetch::Outcome::Failed(reason) = &done.outcome
-                && let Some(venue) = self.venues.get(done.venue)
-            {
-                crate::log_warn!("{}: snapshot failed: {reason}", venue.name());
+            if let Some(venue) = self.venues.get(done.venue) {
+                let name = venue.name();
+                match &done.outcome {
+                    fetch::Outcome::Failed(reason) => {
+                        if let Some(held) = self.log.allow(now, done.venue, "snapshot") {
+                            let note = limit::held_note(held);
+                            crate::log_warn!(
+                                "{name}: snapshot {} failed: {reason}{note}",
+                                done.id.0
+                            );
+                        }
+                    }
+                    fetch::Outcome::Http { status, body, .. } if *status != 200 => {
+                        if let Some(held) = self.log.allow(now, done.venue, "snapshot status") {
+                            let note = limit::held_note(held);
+                            let excerpt = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
+                            crate::log_warn!(
+                                "{name}: snapshot {} answered {status}: {}{note}",
+                                done.id.0,
+                                excerpt.trim()
+                            );
+                        }
+                    }
+                    fetch::Outcome::Http { body, .. } => crate::log_debug!(
+                        "{name}: snapshot {} answered 200 ({} bytes)",
+                        done.id.0,
+                        body.len()
+                    ),
+                    _ => {}
+                }
             }
             if let Some(venue) = self.venues.get_mut(done.venue) {
                 venue.handle_fetch(now, done.id, done.outcome.reply(), &mut self.fanout);
@@ -440,18 +486,20 @@ impl RxLoop {
             };
             work += 1;
             match request {
-                IoRequest::Open { conn, url } => {
-                    crate::log_debug!("{}: connecting to {url}", venue.name());
-                    if let Err(e) = self.conns.open(self.poll.registry(), v, conn, &url) {
-                        let reason = format!("connect to {url}: {e}");
-                        crate::log_warn!("{}: {reason}", venue.name());
-                        venue.handle_connection(
-                            now,
-                            conn,
-                            crate::venue::ConnEvent::Failed(&reason),
-                            &mut self.fanout,
-                        );
-                    }
+                IoRequest::Open { conn, url, limits } => {
+                    crate::log_debug!("{}: connection {}: opening {url}", venue.name(), conn.0);
+                    // The clock read after the step, so a retry is timed from when it ended.
+                    let now = Mono::from_nanos(self.clock.tick()).max(now);
+                    self.conns.open(
+                        now,
+                        self.poll.registry(),
+                        v,
+                        venue,
+                        conn,
+                        &url,
+                        limits,
+                        &mut self.fanout,
+                    );
                 }
                 IoRequest::Close { conn } => {
                     if self.conns.close(self.poll.registry(), v, conn) {
@@ -470,9 +518,16 @@ impl RxLoop {
                     ..
                 } => {
                     let timeout = Duration::from_nanos(timeout_ns);
+                    crate::log_debug!("{}: snapshot {} requested: {what:?}", venue.name(), id.0);
                     if let Err(e) = self.fetches.start(v, id, what, timeout) {
                         let reason = e.to_string();
-                        crate::log_warn!("{}: snapshot not started: {reason}", venue.name());
+                        if let Some(held) = self.log.allow(now, v, "snapshot start") {
+                            let note = limit::held_note(held);
+                            crate::log_warn!(
+                                "{}: snapshot not started: {reason}{note}",
+                                venue.name()
+                            );
+                        }
                         venue.handle_fetch(
                             now,
                             id,
@@ -502,6 +557,9 @@ impl RxLoop {
     fn publish_views(&mut self) -> Vec<StreamView> {
         let mut views = Vec::new();
         for (v, venue) in self.venues.iter().enumerate() {
+            if let Some(Some(m)) = self.shared.venue_metrics.get(v) {
+                m.publish(&venue.counters());
+            }
             let sockets = self.sockets.get(v).map(Vec::as_slice).unwrap_or_default();
             for i in 0..venue.stream_count() {
                 let Some(info) = venue.stream(i) else {

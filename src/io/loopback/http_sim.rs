@@ -96,7 +96,7 @@ fn unknown_paths_and_symbols() -> TestResult {
     let refused = http_get("http://127.0.0.1:1", "/", Duration::from_millis(500));
     assert!(matches!(
         refused,
-        Err(HttpError::Connect { .. } | HttpError::Timeout)
+        Err(HttpError::Request(_) | HttpError::Timeout(_))
     ));
     sim.stop()?;
     Ok(())

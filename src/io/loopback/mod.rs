@@ -4,6 +4,7 @@
 mod client;
 mod http_sim;
 mod recordings;
+mod rest;
 mod units;
 mod ws_sim;
 mod wss;

@@ -100,24 +100,12 @@ fn disconnect_fault_closes_socket_and_reconnect_works() -> TestResult {
         more += 1;
         more == 20
     })?;
-    assert_eq!(
-        status,
-        WsStatus::Open {
-            frames: status_frames(&status)
-        }
-    );
+    assert!(matches!(status, WsStatus::Open { .. }), "{status:?}");
     assert_eq!(more, 20);
     backoff.reset();
     assert_eq!(backoff.attempts(), 0);
     sim.stop()?;
     Ok(())
-}
-
-fn status_frames(status: &WsStatus) -> usize {
-    match status {
-        WsStatus::Open { frames } => *frames,
-        _ => usize::MAX,
-    }
 }
 
 #[test]

@@ -40,6 +40,8 @@ pub struct BinanceSession {
     link: Link,
     now: u64,
     stats: VenueStats,
+    /// When each symbol's latest depth event arrived (0: none yet).
+    last_event: Vec<u64>,
 }
 
 impl BinanceSession {
@@ -103,6 +105,7 @@ impl BinanceSession {
             link: Link::default(),
             now: 0,
             stats: VenueStats::default(),
+            last_event: vec![0; spec.symbols.len()],
             spec,
         })
     }
@@ -249,6 +252,9 @@ impl BinanceSession {
         let Some(book) = self.books.get_mut(symbol) else {
             return;
         };
+        if let Some(t) = self.last_event.get_mut(symbol) {
+            *t = now;
+        }
         match rules::ids_of(self.seq.market, &event) {
             Some(ids) => book.on_event(&mut self.seq, ids, recv_ns, event.event_bytes, emit),
             None => {
@@ -257,6 +263,29 @@ impl BinanceSession {
             }
         }
         self.fetcher.set_needed(symbol, book.needs_snapshot(), now);
+    }
+
+    /// A ping or pong arrived at `now`: the connection is alive, though no data came.
+    pub fn on_alive(&mut self, now: u64) {
+        self.observe(now);
+        if self.link.connected {
+            self.link.last_frame = now;
+        }
+    }
+
+    /// Symbols with no depth event in the last [`BinanceSpec::symbol_quiet_ns`] (or none
+    /// since the connection opened) while connected: quiet, which is not a reason to
+    /// reconnect as long as the connection itself shows signs of life.
+    pub fn quiet_symbols(&self) -> usize {
+        if !self.link.connected {
+            return 0;
+        }
+        let since = self.now.saturating_sub(self.spec.symbol_quiet_ns);
+        let quiet_from = self.link.since.max(since);
+        if self.now.saturating_sub(self.link.since) < self.spec.symbol_quiet_ns {
+            return 0;
+        }
+        self.last_event.iter().filter(|t| **t < quiet_from).count()
     }
 
     /// The next snapshot request to send at `now`, if one is due and allowed: at most

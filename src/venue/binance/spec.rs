@@ -65,12 +65,35 @@ pub struct BinanceSpec {
     pub silence_timeout_ns: u64,
     /// The connection is replaced after this long (Binance cuts it at 24 hours).
     pub ws_max_age_ns: u64,
+    /// Name resolution of the WebSocket host may take this long.
+    pub resolve_timeout_ns: u64,
+    /// A TCP connect (per address) may take this long.
+    pub connect_timeout_ns: u64,
+    /// The TLS handshake may take this long.
+    pub tls_timeout_ns: u64,
+    /// The WebSocket upgrade may take this long.
+    pub upgrade_timeout_ns: u64,
+    /// The client pings an open connection this often (0: never). Pings and pongs both
+    /// count as signs of life against [`BinanceSpec::silence_timeout_ns`].
+    pub ping_interval_ns: u64,
+    /// A connection proves healthy by staying open this long with data: only then does the
+    /// reconnect backoff start again from its first delay.
+    pub healthy_after_ns: u64,
+    /// Connection attempts allowed in any [`BinanceSpec::connect_window_ns`] (Binance bans
+    /// an address that makes more than 300 in 5 minutes).
+    pub connect_budget: u32,
+    /// The window of [`BinanceSpec::connect_budget`].
+    pub connect_window_ns: u64,
+    /// A symbol with no event for this long is counted as quiet (its connection may be
+    /// alive: quiet is not silent).
+    pub symbol_quiet_ns: u64,
 }
 
 impl BinanceSpec {
     /// A spec with defaults suited to a live venue: depth 1000, 1024 events and 1 MiB buffered
     /// per symbol, 1200 weight a minute, one request at a time, 10 s snapshot timeout, 5 s
-    /// silence, 23 hour connections.
+    /// silence, 23 hour connections, 5 s for each step of opening one, a ping every 2 s,
+    /// healthy after a minute, 60 connection attempts in any 5 minutes.
     pub fn new(market: Market, symbols: Vec<String>) -> Self {
         Self {
             market,
@@ -85,6 +108,15 @@ impl BinanceSpec {
             backoff: SnapshotBackoff::default(),
             silence_timeout_ns: 5 * SECOND_NS,
             ws_max_age_ns: 23 * 3600 * SECOND_NS,
+            resolve_timeout_ns: 5 * SECOND_NS,
+            connect_timeout_ns: 5 * SECOND_NS,
+            tls_timeout_ns: 5 * SECOND_NS,
+            upgrade_timeout_ns: 5 * SECOND_NS,
+            ping_interval_ns: 2 * SECOND_NS,
+            healthy_after_ns: 60 * SECOND_NS,
+            connect_budget: 60,
+            connect_window_ns: 300 * SECOND_NS,
+            symbol_quiet_ns: 60 * SECOND_NS,
         }
     }
 
@@ -138,6 +170,12 @@ impl BinanceSpec {
             ("snapshot_timeout_ns", self.snapshot_timeout_ns),
             ("silence_timeout_ns", self.silence_timeout_ns),
             ("ws_max_age_ns", self.ws_max_age_ns),
+            ("resolve_timeout_ns", self.resolve_timeout_ns),
+            ("connect_timeout_ns", self.connect_timeout_ns),
+            ("tls_timeout_ns", self.tls_timeout_ns),
+            ("upgrade_timeout_ns", self.upgrade_timeout_ns),
+            ("connect_budget", u64::from(self.connect_budget)),
+            ("connect_window_ns", self.connect_window_ns),
         ];
         match positive.iter().find(|(_, value)| *value == 0) {
             Some((field, _)) => Err(SpecError::Zero(field)),

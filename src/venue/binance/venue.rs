@@ -9,6 +9,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::venue::{ConnLimits, ConnStage};
+
 use super::link::Backoff;
 use super::session::BinanceSession;
 use super::spec::{BinanceSpec, SpecError};
@@ -32,8 +34,28 @@ pub struct TransportStats {
     pub disconnects: u64,
     /// Rotations asked for by the session (shutdown notice, age, silence).
     pub rotations: u64,
-    /// Connect attempts that failed.
+    /// Connect attempts that failed (at any step).
     pub connect_errors: u64,
+    /// Of those, failed name resolution.
+    pub resolve_errors: u64,
+    /// Of those, failed TCP connects (every address).
+    pub tcp_errors: u64,
+    /// Of those, failed TLS handshakes.
+    pub tls_errors: u64,
+    /// Of those, failed WebSocket upgrades.
+    pub upgrade_errors: u64,
+    /// Of the failures, those where a step's deadline passed.
+    pub open_timeouts: u64,
+    /// Attempts put off because the window's attempt budget was spent.
+    pub connects_deferred: u64,
+    /// Connections that proved healthy (open with data for the healthy period).
+    pub healthy: u64,
+    /// Pings and pongs received (signs of life without data).
+    pub alive_signals: u64,
+    /// Snapshot fetches that got no answer (refused, reset, timed out, unusable).
+    pub snapshot_errors: u64,
+    /// Snapshot answers with a status other than 200.
+    pub snapshot_bad_status: u64,
     /// Snapshot answers for a fetch the venue did not start (or already gave up).
     pub unknown_fetches: u64,
 }
@@ -73,6 +95,10 @@ pub struct BinanceVenue {
     link: Link,
     conn: ConnId,
     backoff: Backoff,
+    /// When the current connection opened, and the frame count then.
+    opened_at: (Mono, u64),
+    /// Times of the attempts in the current budget window, oldest first.
+    attempts: VecDeque<Mono>,
     timers: TimerTable<VenueTimer, 1>,
     inflight: Vec<(FetchId, usize)>,
     next_fetch: u64,
@@ -116,6 +142,8 @@ impl BinanceVenue {
                 0.3,
                 seed,
             ),
+            opened_at: (Mono::ZERO, 0),
+            attempts: VecDeque::with_capacity(64),
             timers,
             inflight: Vec::new(),
             next_fetch: 1,
@@ -142,6 +170,7 @@ impl BinanceVenue {
             weight_budget_per_min,
             silence_timeout,
             ws_max_age,
+            link,
             buffering,
             snapshot_timeout,
         } = &config.kind
@@ -160,6 +189,14 @@ impl BinanceVenue {
         spec.weight_budget_per_min = *weight_budget_per_min;
         spec.silence_timeout_ns = duration_nanos(*silence_timeout);
         spec.ws_max_age_ns = duration_nanos(*ws_max_age);
+        spec.resolve_timeout_ns = duration_nanos(link.resolve_timeout);
+        spec.connect_timeout_ns = duration_nanos(link.connect_timeout);
+        spec.tls_timeout_ns = duration_nanos(link.tls_timeout);
+        spec.upgrade_timeout_ns = duration_nanos(link.upgrade_timeout);
+        spec.ping_interval_ns = duration_nanos(link.ping_interval);
+        spec.healthy_after_ns = duration_nanos(link.healthy_after);
+        spec.connect_budget = link.connect_budget;
+        spec.connect_window_ns = duration_nanos(link.connect_budget_window);
         spec.snapshot_timeout_ns = duration_nanos(*snapshot_timeout);
         spec.max_pending = buffering.max_buffered().min(1 << 16);
         let speed = match update_speed {
@@ -193,31 +230,82 @@ impl BinanceVenue {
         &self.url
     }
 
-    /// Asks for a new connection now.
-    fn open(&mut self) {
+    /// The deadlines and ping interval the driver applies to a connection.
+    fn limits(&self) -> ConnLimits {
+        let spec = self.session.spec();
+        ConnLimits {
+            resolve_ns: spec.resolve_timeout_ns,
+            connect_ns: spec.connect_timeout_ns,
+            tls_ns: spec.tls_timeout_ns,
+            upgrade_ns: spec.upgrade_timeout_ns,
+            ping_ns: spec.ping_interval_ns,
+        }
+    }
+
+    /// Asks for a new connection at `now`, unless the window's attempt budget is spent:
+    /// then the attempt waits until the oldest one leaves the window.
+    fn open(&mut self, now: Mono) {
+        let (budget, window) = {
+            let spec = self.session.spec();
+            (spec.connect_budget, spec.connect_window_ns)
+        };
+        while self
+            .attempts
+            .front()
+            .is_some_and(|t| now.nanos_since(*t) >= window)
+        {
+            self.attempts.pop_front();
+        }
+        if self.attempts.len() >= budget as usize
+            && let Some(oldest) = self.attempts.front()
+        {
+            let at = oldest.after_nanos(window);
+            self.stats.connects_deferred += 1;
+            self.timers.set(VenueTimer::Reconnect, at);
+            self.notices.push(Notice::ConnectDeferred {
+                budget,
+                window_secs: window / 1_000_000_000,
+                retry_ns: at.nanos_since(now),
+            });
+            return;
+        }
+        self.attempts.push_back(now);
         self.conn = ConnId(self.conn.0.wrapping_add(1));
         self.link = Link::Opening;
         self.io.push_back(IoRequest::Open {
             conn: self.conn,
             url: self.url.clone(),
+            limits: self.limits(),
         });
     }
 
-    /// The connection asked for is open (once per connection).
+    /// The connection asked for is open (once per connection). The backoff is not reset
+    /// here: a server that accepts and drops would be hammered. See [`Self::lost`].
     fn opened(&mut self, now: Mono) {
         if self.link == Link::Opening {
             self.link = Link::Open;
             self.stats.connects += 1;
-            self.backoff.reset();
+            self.opened_at = (now, self.session.venue_stats().frames);
             self.session.on_connected(now.as_nanos());
         }
     }
 
     /// The connection is gone (lost, failed or rotated): every symbol loses sync and the
-    /// next attempt is due after the backoff.
+    /// next attempt is due after the backoff, which starts again from its first delay
+    /// only if the connection proved healthy: open for [`BinanceSpec::healthy_after_ns`]
+    /// with data.
     fn lost(&mut self, now: Mono, emit: &mut impl Emit) {
         if self.link == Link::Open {
             self.stats.disconnects += 1;
+            let (since, frames) = self.opened_at;
+            let healthy = now.nanos_since(since) >= self.session.spec().healthy_after_ns
+                && self.session.venue_stats().frames > frames;
+            if healthy {
+                self.stats.healthy += 1;
+                self.backoff.reset();
+                self.notices
+                    .push(Notice::ConnectionHealthy { conn: self.conn });
+            }
         }
         self.link = Link::Down;
         self.session.on_disconnected(now.as_nanos(), emit);
@@ -291,8 +379,23 @@ impl Venue for BinanceVenue {
         }
         match event {
             ConnEvent::Opened => self.opened(now),
-            ConnEvent::Failed(_) => {
+            ConnEvent::Alive => {
+                self.stats.alive_signals += 1;
+                self.session.on_alive(now.as_nanos());
+            }
+            ConnEvent::Failed {
+                stage, timed_out, ..
+            } => {
                 self.stats.connect_errors += 1;
+                match stage {
+                    ConnStage::Resolve => self.stats.resolve_errors += 1,
+                    ConnStage::Connect => self.stats.tcp_errors += 1,
+                    ConnStage::Tls => self.stats.tls_errors += 1,
+                    ConnStage::Upgrade => self.stats.upgrade_errors += 1,
+                }
+                if timed_out {
+                    self.stats.open_timeouts += 1;
+                }
                 self.lost(now, emit);
             }
             ConnEvent::Closed(_) => self.lost(now, emit),
@@ -319,11 +422,15 @@ impl Venue for BinanceVenue {
                 status,
                 retry_after_secs,
                 ..
-            } => SnapshotResult::Status {
-                code: status,
-                retry_after_secs,
-            },
+            } => {
+                self.stats.snapshot_bad_status += 1;
+                SnapshotResult::Status {
+                    code: status,
+                    retry_after_secs,
+                }
+            }
             FetchReply::Message(_) | FetchReply::End { .. } | FetchReply::Failed(_) => {
+                self.stats.snapshot_errors += 1;
                 SnapshotResult::Failed
             }
         };
@@ -335,7 +442,7 @@ impl Venue for BinanceVenue {
     fn handle_timeout<E: Emit>(&mut self, now: Mono, emit: &mut E) {
         if self.link == Link::Down && self.timers.is_due(VenueTimer::Reconnect, now) {
             self.timers.stop(VenueTimer::Reconnect);
-            self.open();
+            self.open(now);
         }
         if self.link == Link::Open
             && let Some(reason) = self.session.poll_reconnect(now.as_nanos())
@@ -351,9 +458,10 @@ impl Venue for BinanceVenue {
                 why,
             });
             self.io.push_back(IoRequest::Close { conn: self.conn });
+            // A rotation waits out the backoff like any other loss: after a healthy
+            // connection that is its first, short delay; a connection that keeps going
+            // silent backs off further each time.
             self.lost(now, emit);
-            // A rotation is not a failure: the next connection is due at once.
-            self.timers.set(VenueTimer::Reconnect, now);
         }
         if self
             .session
@@ -408,7 +516,18 @@ impl Venue for BinanceVenue {
             ("disconnects", t.disconnects),
             ("rotations", t.rotations),
             ("connect_errors", t.connect_errors),
+            ("resolve_errors", t.resolve_errors),
+            ("tcp_errors", t.tcp_errors),
+            ("tls_errors", t.tls_errors),
+            ("upgrade_errors", t.upgrade_errors),
+            ("open_timeouts", t.open_timeouts),
+            ("connects_deferred", t.connects_deferred),
+            ("healthy_connections", t.healthy),
+            ("alive_signals", t.alive_signals),
+            ("snapshot_errors", t.snapshot_errors),
+            ("snapshot_bad_status", t.snapshot_bad_status),
             ("unknown_fetches", t.unknown_fetches),
+            ("quiet_symbols", self.session.quiet_symbols() as u64),
             (
                 "snapshot_weight_used",
                 u64::from(self.session.weight_used_last_minute()),

@@ -3,6 +3,7 @@
 //! sockets, venues and consumer queues.
 
 mod binance;
+mod failures;
 mod iex;
 mod mold;
 mod record;

@@ -10,6 +10,7 @@ mod capture;
 mod faults;
 mod fetching;
 mod hostile;
+mod lifecycle;
 mod recordings;
 mod session;
 
