@@ -167,15 +167,20 @@ fn main() -> ExitCode {
             config,
             status_secs,
         } => {
+            // Until the file is read, lines take the journal's form when stderr is the
+            // journal; the file's `log_format` applies once it is valid.
+            gapless::log::set_format(gapless::config::LogFormat::Auto);
             let config = match Config::load(&config) {
                 Ok(c) => c,
                 Err(errors) => {
-                    eprintln!("{errors}");
+                    for error in &errors {
+                        gapless::log_error!("{error}");
+                    }
                     return ExitCode::from(2);
                 }
             };
             if let Err(e) = service::block_stop_signals() {
-                eprintln!("error: cannot set up signal handling: {e}");
+                gapless::log_error!("cannot set up signal handling: {e}");
                 return ExitCode::FAILURE;
             }
             let options = service::ServiceOptions {
@@ -184,11 +189,11 @@ fn main() -> ExitCode {
             };
             match service::run_service(config, &options) {
                 Ok(summary) => {
-                    eprint!("{}", service::summary_text(&summary));
+                    gapless::log_info!("{}", service::summary_text(&summary).trim_end());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    gapless::log_error!("{e}");
                     ExitCode::FAILURE
                 }
             }

@@ -28,6 +28,7 @@
 //! | `idle` | `"busy-spin"`, `"yield"`, `"block"` | `"busy-spin"` |
 //! | `consumer_queue` | power of two, 2..=2^24 slots | 65536 |
 //! | `log_level` | `"error"`, `"warn"`, `"info"`, `"debug"`, `"trace"` | `"info"` |
+//! | `log_format` | `"auto"` (journal priorities when standard error is the journal, else text), `"text"` (RFC 3339 UTC timestamp first), `"journal"`, `"json"` (one object a line) | `"auto"` |
 //!
 //! `[[venue]]`, at least one:
 //!
@@ -104,7 +105,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position};
 pub use schema::{
-    Buffering, Channel, Daemon, Idle, LogLevel, Market, Recovery, Sink, Snapshot, Start,
+    Buffering, Channel, Daemon, Idle, LogFormat, LogLevel, Market, Recovery, Sink, Snapshot, Start,
     UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{

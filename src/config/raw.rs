@@ -33,6 +33,7 @@ pub(super) struct RawDaemon {
     pub idle: Field<String>,
     pub consumer_queue: Field<i64>,
     pub log_level: Field<String>,
+    pub log_format: Field<String>,
 }
 
 /// `[[venue]]`: the keys of every venue kind together; validation sorts out which apply.

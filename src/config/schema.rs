@@ -41,6 +41,20 @@ keyword_enum! {
 }
 
 keyword_enum! {
+    /// How log lines are written to standard error.
+    pub enum LogFormat {
+        /// Journal priorities when standard error is the journal, else text.
+        Auto = "auto",
+        /// An RFC 3339 UTC timestamp, the level and the message.
+        Text = "text",
+        /// An sd-daemon priority prefix (`<3>`) and the message.
+        Journal = "journal",
+        /// One JSON object a line, with `timestamp`, `level` and `message`.
+        Json = "json",
+    }
+}
+
+keyword_enum! {
     /// Where a stream starts when the daemon starts.
     pub enum Start {
         /// Adopt the first sequence number seen; nothing before it is recovered.
@@ -130,6 +144,8 @@ pub struct Daemon {
     pub consumer_queue: PowerOfTwo,
     /// The most detailed log level written.
     pub log_level: LogLevel,
+    /// How log lines are written.
+    pub log_format: LogFormat,
 }
 
 impl Default for Daemon {
@@ -141,6 +157,7 @@ impl Default for Daemon {
             idle: Idle::BusySpin,
             consumer_queue: PowerOfTwo::pow2(16),
             log_level: LogLevel::Info,
+            log_format: LogFormat::Auto,
         }
     }
 }

@@ -14,7 +14,7 @@ use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
-use super::schema::{Daemon, Idle, LogLevel, Sink, Venue};
+use super::schema::{Daemon, Idle, LogFormat, LogLevel, Sink, Venue};
 use super::values::{PowerOfTwo, keyword_enum};
 use super::venue;
 
@@ -86,12 +86,22 @@ fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon>
             LogLevel::from_keyword,
         ),
     };
+    let log_format = match &raw.log_format {
+        None => Some(defaults.log_format),
+        Some(field) => report.keyword(
+            field,
+            &path.key("log_format"),
+            LogFormat::KEYWORDS,
+            LogFormat::from_keyword,
+        ),
+    };
     Some(Daemon {
         metrics_listen: metrics_listen?,
         rx_core: rx_core?,
         idle: idle?,
         consumer_queue: consumer_queue?,
         log_level: log_level?,
+        log_format: log_format?,
     })
 }
 

@@ -89,6 +89,7 @@ pub fn wait_for_stop_signal(timeout: Duration) -> bool {
 /// starts.
 pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummary, DaemonError> {
     crate::log::set_level(config.daemon.log_level);
+    crate::log::set_format(config.daemon.log_format);
     let running = Daemon::new(config).start()?;
     notify("READY=1");
     let clock = Instant::now();
@@ -127,7 +128,7 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
         {
             last_status = Instant::now();
             for line in status.render(&running.views(), every) {
-                eprintln!("{line}");
+                crate::log_info!("{line}");
             }
         }
     }

@@ -10,4 +10,5 @@
 )]
 
 mod binance_cli;
+mod logs;
 mod run;
