@@ -48,7 +48,9 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         duration: u64,
     },
-    /// Validate a configuration file; prints every error with file:line:column.
+    /// Validate a configuration file: every error and warning in one pass, each with
+    /// file:line:column, the line with a caret under the mistake, and a suggestion for a near
+    /// miss. Exits 2 on any error.
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
@@ -170,7 +172,8 @@ fn main() -> ExitCode {
             // Until the file is read, lines take the journal's form when stderr is the
             // journal; the file's `log_format` applies once it is valid.
             gapless::log::set_format(gapless::config::LogFormat::Auto);
-            let config = match Config::load(&config) {
+            let checked = Config::check_file(&config);
+            let config = match checked.result {
                 Ok(c) => c,
                 Err(errors) => {
                     for error in &errors {
@@ -179,6 +182,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            gapless::log::set_format(config.daemon.log_format);
+            for warning in &checked.warnings {
+                gapless::log_warn!("{warning}");
+            }
             if let Err(e) = service::block_stop_signals() {
                 gapless::log_error!("cannot set up signal handling: {e}");
                 return ExitCode::FAILURE;
@@ -224,21 +231,30 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig { file } => match Config::load(&file) {
-            Ok(config) => {
-                eprintln!(
-                    "{}: ok ({} venue(s), {} sink(s))",
-                    file.display(),
-                    config.venues.len(),
-                    config.sinks.len()
-                );
-                ExitCode::SUCCESS
+        Command::CheckConfig { file } => {
+            let checked = Config::check_file(&file);
+            let mut err = io::stderr().lock();
+            for warning in &checked.warnings {
+                let _ = writeln!(err, "{}", warning.render("warning"));
             }
-            Err(errors) => {
-                eprintln!("{errors}");
-                ExitCode::from(2)
+            match checked.result {
+                Ok(config) => {
+                    let _ = writeln!(
+                        err,
+                        "{}: ok ({} venue(s), {} sink(s), {} warning(s))",
+                        file.display(),
+                        config.venues.len(),
+                        config.sinks.len(),
+                        checked.warnings.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    let _ = write!(err, "{}", errors.render());
+                    ExitCode::from(2)
+                }
             }
-        },
+        }
         Command::Replay(args) => run_replay(args),
         Command::Sim(SimCommand::Binance(args)) => match gapless::sim::binance::run_cli(&args) {
             Ok(stats) => {

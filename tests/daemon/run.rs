@@ -219,7 +219,11 @@ fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
 fn check_config_reports_errors_with_exit_code_2() {
     let dir = temp_dir("check");
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "[daemon]\nidle = \"sometimes\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[daemon]\nidle = \"sometimes\"\nlog_levle = \"info\"\n",
+    )
+    .unwrap();
     let out = Command::new(BIN)
         .arg("check-config")
         .arg(&bad)
@@ -227,7 +231,16 @@ fn check_config_reports_errors_with_exit_code_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.toml:2:"), "{err}");
+    // Both mistakes, each with its line and a caret; the file has no venue either.
+    assert!(err.contains("bad.toml:2:8\n"), "{err}");
+    assert!(err.contains("2 | idle = \"sometimes\"\n"), "{err}");
+    assert!(
+        err.contains("  |        ^^^^^^^^^^^ expected one of"),
+        "{err}"
+    );
+    assert!(err.contains("bad.toml:3:1\n"), "{err}");
+    assert!(err.contains("help: did you mean `log_level`?"), "{err}");
+    assert!(err.ends_with("bad.toml: 3 errors\n"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
