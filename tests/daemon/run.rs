@@ -275,12 +275,49 @@ fn systemd_unit_verifies() {
         .arg(dir.join("gapless@demo.service"))
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The hardening, as systemd scores it (3.3 before it was tightened; 1.5 now).
+    let security = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(dir.join("gapless@demo.service"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = String::from_utf8_lossy(&security.stdout);
+    match report
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, score)| score.split_whitespace().next()?.parse::<f64>().ok())
+    {
+        Some(score) => assert!(score <= 2.0, "exposure {score}:\n{report}"),
+        None => eprintln!("skipping the security score: this systemd-analyze has no --offline"),
+    }
+}
+
+#[test]
+fn an_invalid_config_exits_2_which_the_unit_does_not_restart() {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/gapless@.service"),
+    )
+    .unwrap();
+    assert!(unit.lines().any(|l| l == "RestartPreventExitStatus=2"));
+    let dir = temp_dir("exit2");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nidle = \"sometimes\"\n").unwrap();
+    for config in [bad, dir.join("absent.toml")] {
+        let out = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", config.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
