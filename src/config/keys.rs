@@ -101,6 +101,10 @@ const SINK: &[(&str, Ty)] = &[
     ("path", Str),
     ("client_queue", Int),
     ("rotate_bytes", Int),
+    ("rotate_secs", Int),
+    ("keep", Int),
+    ("mode", Int),
+    ("group", Str),
 ];
 
 /// The top of the file.

@@ -89,7 +89,11 @@
 //! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"` | required |
 //! | `path` | all | non-empty path; at most 107 bytes for `unix` | required |
 //! | `client_queue` | unix | power of two, 2..=2^24 frames | 65536 |
-//! | `rotate_bytes` | pcap | 2^20..=2^40 | 1073741824 |
+//! | `mode` | unix | permission bits of the socket, 0..=0o777 (a client needs write permission) | 0o660 |
+//! | `group` | unix | group name or number the socket is given (the service's user must be in it) | the process's |
+//! | `rotate_bytes` | jsonl, pcap | 2^20..=2^40 | 1073741824 |
+//! | `rotate_secs` | jsonl | 0 (by size only) ..= 31622400 | 0 |
+//! | `keep` | jsonl | rotated files kept, `PATH.1` the newest, 0..=1000 | 10 |
 
 mod binance;
 mod channel;

@@ -164,4 +164,8 @@ pub(super) struct RawSink {
     pub path: Field<String>,
     pub client_queue: Field<i64>,
     pub rotate_bytes: Field<i64>,
+    pub rotate_secs: Field<i64>,
+    pub keep: Field<i64>,
+    pub mode: Field<i64>,
+    pub group: Field<String>,
 }

@@ -345,10 +345,16 @@ impl Default for Recovery {
 /// Where in-order output goes, a `[[sink]]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
-    /// One JSON object per line, appended to a file.
+    /// One JSON object per line, appended to a file, rotated by size and by age.
     Jsonl {
         /// The file written.
         path: PathBuf,
+        /// The file is rotated once it holds this many bytes.
+        rotate_bytes: u64,
+        /// The file is rotated once it is this old; `None`: by size only.
+        rotate_after: Option<Duration>,
+        /// Rotated files kept (`PATH.1` the newest); older ones are removed.
+        keep: u32,
     },
     /// A Unix stream socket that clients connect to.
     Unix {
@@ -356,6 +362,10 @@ pub enum Sink {
         path: PathBuf,
         /// Frames queued per client; a client this far behind is cut off.
         client_queue: PowerOfTwo,
+        /// Permission bits of the socket file; a client needs write permission to connect.
+        mode: u32,
+        /// The group the socket file is given, by name or number; `None`: the process's.
+        group: Option<String>,
     },
     /// pcap files of the delivered frames, rotated by size.
     Pcap {
@@ -370,7 +380,7 @@ impl Sink {
     /// The file or socket path of the sink.
     pub fn path(&self) -> &std::path::Path {
         match self {
-            Sink::Jsonl { path } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
+            Sink::Jsonl { path, .. } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
         }
     }
 }
