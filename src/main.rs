@@ -9,7 +9,7 @@ use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
 use gapless::client::unix::tail;
@@ -68,6 +68,13 @@ enum Command {
     /// Run a simulated venue on loopback.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, gapless(1), in roff.
+    Manpage,
 }
 
 #[derive(Debug, Subcommand)]
@@ -256,6 +263,22 @@ fn main() -> ExitCode {
             }
         }
         Command::Replay(args) => run_replay(args),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "gapless", &mut io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Manpage => {
+            let page = clap_mangen::Man::new(Cli::command());
+            let mut out = io::stdout().lock();
+            match page.render(&mut out).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Sim(SimCommand::Binance(args)) => match gapless::sim::binance::run_cli(&args) {
             Ok(stats) => {
                 eprintln!("{stats:?}");
