@@ -171,6 +171,9 @@ fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
         assert_eq!(v["stream"], "a");
     }
 
+    // The Python client in the repository reads the same socket, stdlib only.
+    python_client_reads(&dir.join("out.sock"));
+
     sim.wait(Duration::from_secs(30)).unwrap();
     // The scrape, over HTTP, while running.
     let body = http_get(metrics, "/metrics");
@@ -213,6 +216,48 @@ fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
         "the socket file is removed on stop"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `clients/python/gapless_client.py` on the socket: 500 messages of stream `a` of venue
+/// `sim`, in order with no gap, each as `gapless tail` prints it.
+fn python_client_reads(socket: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python/gapless_client.py");
+    let out = match Command::new("python3")
+        .arg(&script)
+        .arg(socket)
+        .args(["--limit", "500", "--timeout", "20"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipping the Python client: python3 cannot run ({e})");
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 500, "{text}");
+    let mut last = None;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["venue"], "sim");
+        assert_eq!(v["stream"], "a");
+        if let Some(seq) = v["seq"].as_u64() {
+            assert!(
+                v["payload"].as_str().is_some_and(|p| !p.is_empty()),
+                "{line}"
+            );
+            if let Some(prev) = last {
+                assert_eq!(seq, prev + 1, "in order, no gap: {line}");
+            }
+            last = Some(seq);
+        }
+    }
+    assert!(last.is_some(), "messages among the events: {text}");
 }
 
 #[test]
