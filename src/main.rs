@@ -75,6 +75,18 @@ enum Command {
     },
     /// Print the manual page, gapless(1), in roff.
     Manpage,
+    /// A live table of a running daemon's streams and consumers, from its metrics endpoint.
+    Top {
+        /// The daemon's `metrics_listen` address.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        metrics: std::net::SocketAddr,
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long)]
+        rounds: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,6 +280,21 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "gapless", &mut io::stdout());
             ExitCode::SUCCESS
         }
+        Command::Top {
+            metrics,
+            interval_ms,
+            rounds,
+        } => match gapless::client::top::run(
+            metrics,
+            Duration::from_millis(interval_ms.max(50)),
+            rounds,
+        ) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Manpage => {
             let page = clap_mangen::Man::new(Cli::command());
             let mut out = io::stdout().lock();

@@ -12,3 +12,4 @@
 mod binance_cli;
 mod logs;
 mod run;
+mod top;
