@@ -9,7 +9,7 @@ use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
 use gapless::client::unix::tail;
@@ -49,7 +49,9 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         duration: u64,
     },
-    /// Validate a configuration file; prints every error with file:line:column.
+    /// Validate a configuration file: every error and warning in one pass, each with
+    /// file:line:column, the line with a caret under the mistake, and a suggestion for a near
+    /// miss. Exits 2 on any error.
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
@@ -68,6 +70,25 @@ enum Command {
     /// Run a simulated venue on loopback.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, gapless(1), in roff.
+    Manpage,
+    /// A live table of a running daemon's streams and consumers, from its metrics endpoint.
+    Top {
+        /// The daemon's `metrics_listen` address.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        metrics: std::net::SocketAddr,
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long)]
+        rounds: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,15 +191,25 @@ fn main() -> ExitCode {
             config,
             status_secs,
         } => {
-            let config = match Config::load(&config) {
+            // Until the file is read, lines take the journal's form when stderr is the
+            // journal; the file's `log_format` applies once it is valid.
+            gapless::log::set_format(gapless::config::LogFormat::Auto);
+            let checked = Config::check_file(&config);
+            let config = match checked.result {
                 Ok(c) => c,
                 Err(errors) => {
-                    eprintln!("{errors}");
+                    for error in &errors {
+                        gapless::log_error!("{error}");
+                    }
                     return ExitCode::from(2);
                 }
             };
+            gapless::log::set_format(config.daemon.log_format);
+            for warning in &checked.warnings {
+                gapless::log_warn!("{warning}");
+            }
             if let Err(e) = service::block_stop_signals() {
-                eprintln!("error: cannot set up signal handling: {e}");
+                gapless::log_error!("cannot set up signal handling: {e}");
                 return ExitCode::FAILURE;
             }
             let options = service::ServiceOptions {
@@ -187,11 +218,11 @@ fn main() -> ExitCode {
             };
             match service::run_service(config, &options) {
                 Ok(summary) => {
-                    eprint!("{}", service::summary_text(&summary));
+                    gapless::log_info!("{}", service::summary_text(&summary).trim_end());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    gapless::log_error!("{e}");
                     ExitCode::FAILURE
                 }
             }
@@ -222,22 +253,62 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig { file } => match Config::load(&file) {
-            Ok(config) => {
-                eprintln!(
-                    "{}: ok ({} venue(s), {} sink(s))",
-                    file.display(),
-                    config.venues.len(),
-                    config.sinks.len()
-                );
-                ExitCode::SUCCESS
+        Command::CheckConfig { file } => {
+            let checked = Config::check_file(&file);
+            let mut err = io::stderr().lock();
+            for warning in &checked.warnings {
+                let _ = writeln!(err, "{}", warning.render("warning"));
             }
-            Err(errors) => {
-                eprintln!("{errors}");
-                ExitCode::from(2)
+            match checked.result {
+                Ok(config) => {
+                    let _ = writeln!(
+                        err,
+                        "{}: ok ({} venue(s), {} sink(s), {} warning(s))",
+                        file.display(),
+                        config.venues.len(),
+                        config.sinks.len(),
+                        checked.warnings.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    let _ = write!(err, "{}", errors.render());
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Replay(args) => run_replay(args),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "gapless", &mut io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Top {
+            metrics,
+            interval_ms,
+            rounds,
+        } => match gapless::client::top::run(
+            metrics,
+            Duration::from_millis(interval_ms.max(50)),
+            rounds,
+        ) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
             }
         },
-        Command::Replay(args) => run_replay(args),
+        Command::Manpage => {
+            let page = clap_mangen::Man::new(Cli::command());
+            let mut out = io::stdout().lock();
+            match page.render(&mut out).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Sim(SimCommand::Binance(args)) => match gapless::sim::binance::run_cli(&args) {
             Ok(stats) => {
                 eprintln!("{stats:?}");

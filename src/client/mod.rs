@@ -2,4 +2,5 @@
 //!
 //! - [`unix`]: the unix-socket sink's client, printing JSON lines (`gapless tail`).
 
+pub mod top;
 pub mod unix;

@@ -80,6 +80,21 @@ pub(super) fn channel<S>(
         None => Some(None),
         Some(t) => snapshot(t, &path.key("snapshot"), report).map(Some),
     };
+    let no_rerequest = raw
+        .rerequest
+        .as_ref()
+        .is_none_or(|l| l.get_ref().is_empty());
+    if no_rerequest && raw.snapshot.is_none() {
+        report.warn(
+            ErrorKind::NoRecovery,
+            &header,
+            path,
+            "the channel has neither `rerequest` nor `snapshot`: a gap on it cannot be \
+             recovered (with gap_policy \"hold\" the stream stops at its first gap; with \
+             \"skip\" each gap is declared lost)",
+            "`rerequest` servers, a `snapshot` service, or both, unless loss is acceptable",
+        );
+    }
     let rcvbuf = report.int_or(
         &raw.rcvbuf,
         &path.key("rcvbuf"),

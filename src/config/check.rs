@@ -33,7 +33,8 @@ impl Report<'_> {
         path: &Path,
         expected: &str,
     ) -> Option<&'f Spanned<T>> {
-        if field.is_none() {
+        // A key reported with the wrong type was left out of what serde read: not missing.
+        if field.is_none() && !self.was_blanked(path) {
             let key = path.as_str().rsplit('.').next().unwrap_or("");
             let found = format!("required key `{key}` is missing");
             self.push(ErrorKind::MissingKey, table, path, found, expected);
@@ -130,6 +131,9 @@ impl Report<'_> {
                 found,
                 one_of(keywords),
             );
+            if let Some(near) = super::keys::suggest(field.get_ref(), keywords) {
+                self.help(format!("did you mean \"{near}\"?"));
+            }
         }
         value
     }

@@ -33,6 +33,9 @@ pub enum ErrorKind {
     NotPowerOfTwo,
     /// Any other value the key does not allow: an unknown keyword, a malformed name or URL.
     InvalidValue,
+    /// A warning, not an error: a channel with no way to recover a gap (neither `rerequest`
+    /// nor `snapshot`).
+    NoRecovery,
 }
 
 /// A 1-based line and column in a file; the column counts characters, not bytes.
@@ -50,7 +53,7 @@ pub struct Position {
 /// `config/bad.toml:12:9: venue[0].channel[0].group: "233.54.12.111" is not an address with a
 /// port; expected a multicast IPv4 address and port such as "233.54.12.111:26477"`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{file}{}: {}{found}; expected {expected}", at(.position), subject(.path))]
+#[error("{file}{}: {}{found}; expected {expected}{}", at(.position), subject(.path), hint(.help))]
 pub struct ConfigError {
     /// What kind of mistake this is.
     pub kind: ErrorKind,
@@ -65,6 +68,74 @@ pub struct ConfigError {
     pub found: String,
     /// What the key allows.
     pub expected: String,
+    /// A suggestion, such as `did you mean "yield"?`, for a near miss.
+    pub help: Option<String>,
+    /// The line of the file the error is on, for a caret under the offending text.
+    pub snippet: Option<Snippet>,
+}
+
+/// One line of the file, and which characters of it an error is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snippet {
+    /// The line as written, without its line break.
+    pub text: String,
+    /// 1-based character column where the offending text starts.
+    pub column: usize,
+    /// How many characters of the line it covers, at least 1.
+    pub width: usize,
+}
+
+fn hint(help: &Option<String>) -> String {
+    help.as_ref().map_or_else(String::new, |h| format!("; {h}"))
+}
+
+impl ConfigError {
+    /// The error as rustc and cargo show theirs: a headline, the file position, the line with
+    /// a caret under the offending text and what is expected, and a suggestion if there is
+    /// one. `severity` is `error` or `warning`.
+    ///
+    /// ```text
+    /// error: daemon.idle: "bussy-spin" is not an allowed value
+    ///   --> gapless.toml:2:8
+    ///    |
+    ///  2 | idle = "bussy-spin"
+    ///    |        ^^^^^^^^^^^^ expected one of "busy-spin", "yield", "block"
+    ///    = help: did you mean "busy-spin"?
+    /// ```
+    pub fn render(&self, severity: &str) -> String {
+        let mut out = format!("{severity}: {}{}\n", subject(&self.path), self.found);
+        let (Some(position), Some(snippet)) = (self.position, &self.snippet) else {
+            out.push_str(&format!("  --> {}\n", self.file));
+            out.push_str(&format!("   = expected {}\n", self.expected));
+            if let Some(help) = &self.help {
+                out.push_str(&format!("   = help: {help}\n"));
+            }
+            return out;
+        };
+        let number = position.line.to_string();
+        let gutter = " ".repeat(number.len());
+        out.push_str(&format!(
+            "{gutter}--> {}:{}:{}\n",
+            self.file, position.line, position.column
+        ));
+        out.push_str(&format!("{gutter} |\n"));
+        out.push_str(&format!("{number} | {}\n", snippet.text));
+        let pad: String = snippet
+            .text
+            .chars()
+            .take(snippet.column.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        out.push_str(&format!(
+            "{gutter} | {pad}{} expected {}\n",
+            "^".repeat(snippet.width.max(1)),
+            self.expected
+        ));
+        if let Some(help) = &self.help {
+            out.push_str(&format!("{gutter} = help: {help}\n"));
+        }
+        out
+    }
 }
 
 fn at(position: &Option<Position>) -> String {
@@ -112,6 +183,21 @@ impl ConfigErrors {
         self.errors.iter()
     }
 
+    /// Every error as [`ConfigError::render`] shows it, a blank line between them, and a
+    /// closing count, as `gapless check-config` prints them.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for error in &self.errors {
+            out.push_str(&error.render("error"));
+            out.push('\n');
+        }
+        let file = self.errors.first().map_or("", |e| e.file.as_str());
+        let count = self.errors.len();
+        let plural = if count == 1 { "" } else { "s" };
+        out.push_str(&format!("error: {file}: {count} error{plural}\n"));
+        out
+    }
+
     /// An error of a file that could not be read.
     pub(super) fn io(file: &str, error: &std::io::Error) -> Self {
         Self {
@@ -122,6 +208,8 @@ impl ConfigErrors {
                 path: String::new(),
                 found: format!("the file cannot be read ({error})"),
                 expected: "a readable UTF-8 TOML file".to_owned(),
+                help: None,
+                snippet: None,
             }],
         }
     }
@@ -149,6 +237,11 @@ impl<'a> IntoIterator for &'a ConfigErrors {
 pub(super) struct Report<'a> {
     pub(super) source: Source<'a>,
     errors: Vec<(usize, ConfigError)>,
+    warnings: Vec<(usize, ConfigError)>,
+    /// Paths of entries already reported and blanked out of the text serde reads.
+    blanked: Vec<String>,
+    /// Byte offset of the start of each line, for positions in a long file.
+    line_starts: Vec<usize>,
 }
 
 impl<'a> Report<'a> {
@@ -156,6 +249,110 @@ impl<'a> Report<'a> {
         Self {
             source,
             errors: Vec::new(),
+            warnings: Vec::new(),
+            blanked: Vec::new(),
+            line_starts: std::iter::once(0)
+                .chain(source.text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
+        }
+    }
+
+    /// The position of `offset` and the line it is on, found by bisection.
+    fn locate(&self, offset: usize) -> (Position, &'a str) {
+        let text = self.source.text;
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let index = self
+            .line_starts
+            .partition_point(|&start| start <= offset)
+            .saturating_sub(1);
+        let start = self.line_starts.get(index).copied().unwrap_or(0);
+        let end = self.line_starts.get(index + 1).map_or(text.len(), |&e| e);
+        let line = text
+            .get(start..end)
+            .unwrap_or("")
+            .trim_end_matches(['\n', '\r']);
+        let column = text.get(start..offset).unwrap_or("").chars().count() + 1;
+        (
+            Position {
+                line: index + 1,
+                column,
+            },
+            line,
+        )
+    }
+
+    /// The line `span` starts on, and the characters of it the span covers.
+    fn snippet(&self, span: &Range<usize>) -> (Position, Snippet) {
+        let (position, line) = self.locate(span.start);
+        let covered = self.source.text.get(span.clone()).unwrap_or("");
+        let first = covered.lines().next().unwrap_or("");
+        let room = line.chars().count().saturating_sub(position.column - 1);
+        let snippet = Snippet {
+            text: line.to_owned(),
+            column: position.column,
+            width: first.chars().count().min(room).max(1),
+        };
+        (position, snippet)
+    }
+
+    /// Adds a suggestion to the error pushed last.
+    pub(super) fn help(&mut self, help: String) {
+        if let Some((_, error)) = self.errors.last_mut() {
+            error.help = Some(help);
+        }
+    }
+
+    /// Records that the entry at `path` was reported and left out of what serde reads.
+    pub(super) fn blanked(&mut self, path: &Path) {
+        self.blanked.push(path.as_str().to_owned());
+    }
+
+    /// True when the entry at `path` was reported already and left out.
+    pub(super) fn was_blanked(&self, path: &Path) -> bool {
+        self.blanked.iter().any(|p| p == path.as_str())
+    }
+
+    /// Records a warning: the file is valid, but something in it is likely a mistake.
+    pub(super) fn warn(
+        &mut self,
+        kind: ErrorKind,
+        span: &Range<usize>,
+        path: &Path,
+        found: impl Into<String>,
+        expected: impl Into<String>,
+    ) {
+        let warning = self.error(kind, span, path, found.into(), expected.into());
+        self.warnings.push((span.start, warning));
+    }
+
+    /// The warnings, in file order.
+    pub(super) fn take_warnings(&mut self) -> Vec<ConfigError> {
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.sort_by_key(|(offset, _)| *offset);
+        warnings.into_iter().map(|(_, w)| w).collect()
+    }
+
+    fn error(
+        &self,
+        kind: ErrorKind,
+        span: &Range<usize>,
+        path: &Path,
+        found: String,
+        expected: String,
+    ) -> ConfigError {
+        let (position, snippet) = self.snippet(span);
+        ConfigError {
+            kind,
+            file: self.source.file.to_owned(),
+            position: Some(position),
+            path: path.as_str().to_owned(),
+            found,
+            expected,
+            help: None,
+            snippet: Some(snippet),
         }
     }
 
@@ -168,14 +365,7 @@ impl<'a> Report<'a> {
         found: impl Into<String>,
         expected: impl Into<String>,
     ) {
-        let error = ConfigError {
-            kind,
-            file: self.source.file.to_owned(),
-            position: Some(self.source.position(span.start)),
-            path: path.as_str().to_owned(),
-            found: found.into(),
-            expected: expected.into(),
-        };
+        let error = self.error(kind, span, path, found.into(), expected.into());
         self.errors.push((span.start, error));
     }
 
@@ -210,14 +400,21 @@ impl<'a> Report<'a> {
         }
     }
 
-    /// Turns the error serde or the TOML parser stopped at into a located error.
+    /// Turns the error serde or the TOML parser stopped at into a located error, unless it
+    /// is one already reported from the document's shape.
     pub(super) fn toml(mut self, error: &toml::de::Error) -> ConfigErrors {
         let span = error.span().unwrap_or(0..0);
         let message = error.message().trim();
         let path = self.source.path_at(&span);
         let quoted = self.quote(&span);
         let (kind, path, found, expected) = describe(message, path, &quoted);
-        self.push(kind, &span, &path, found, expected);
+        let known = self
+            .errors
+            .iter()
+            .any(|(_, e)| e.kind == kind && e.path == path.as_str());
+        if !known {
+            self.push(kind, &span, &path, found, expected);
+        }
         self.into_errors()
     }
 }

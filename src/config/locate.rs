@@ -88,7 +88,7 @@ impl Source<'_> {
 
     /// The key path of the value or key at `span`.
     pub(super) fn path_at(&self, span: &Range<usize>) -> Path {
-        match toml::from_str::<Node>(self.text) {
+        match Node::parse(self.text) {
             Ok(tree) => {
                 let mut best = None;
                 tree.search(&Path::root(), span, &mut best);
@@ -152,16 +152,42 @@ fn table_header(line: &str) -> Option<(String, bool)> {
 
 /// A parsed document reduced to its shape: tables and arrays with spanned keys and values.
 #[derive(Debug)]
-enum Node {
+pub(super) enum Node {
+    /// A table, its keys in file order.
     Table(Vec<(Spanned<String>, Spanned<Node>)>),
+    /// An array.
     Array(Vec<Spanned<Node>>),
-    Scalar,
+    /// Any other value, with its TOML type.
+    Scalar(Scalar),
 }
+
+/// The TOML type of a value that is neither a table nor an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scalar {
+    /// A string.
+    String,
+    /// An integer.
+    Integer,
+    /// A float.
+    Float,
+    /// A boolean.
+    Boolean,
+    /// A date, a time or both.
+    Datetime,
+}
+
+/// The key under which the TOML deserializer hands over a date-time as a one-entry map.
+const DATETIME_KEY: &str = "$__toml_private_datetime";
 
 /// The best candidate so far: the length of its span and its path.
 type Best = Option<(usize, Path)>;
 
 impl Node {
+    /// The shape of a whole document, or the parser's error.
+    pub(super) fn parse(text: &str) -> Result<Node, toml::de::Error> {
+        toml::from_str(text)
+    }
+
     /// Records in `best` the smallest key or value under `self` whose span covers `span`.
     fn search(&self, path: &Path, span: &Range<usize>, best: &mut Best) {
         let covers = |outer: &Range<usize>| outer.start <= span.start && span.end <= outer.end;
@@ -187,7 +213,7 @@ impl Node {
                     item.get_ref().search(&path, span, best);
                 }
             }
-            Node::Scalar => {}
+            Node::Scalar(_) => {}
         }
     }
 }
@@ -208,28 +234,32 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Scalar::Boolean))
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Scalar::Integer))
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Scalar::Integer))
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Scalar::Float))
     }
 
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Scalar::String))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
         let mut entries = Vec::new();
         while let Some(key) = map.next_key::<Spanned<String>>()? {
+            if key.get_ref() == DATETIME_KEY {
+                let _: de::IgnoredAny = map.next_value()?;
+                return Ok(Node::Scalar(Scalar::Datetime));
+            }
             entries.push((key, map.next_value()?));
         }
         Ok(Node::Table(entries))

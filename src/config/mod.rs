@@ -5,9 +5,10 @@
 //! function of the text: it opens no socket and creates no file, so a process either starts
 //! with a whole valid configuration or does not start.
 //!
-//! Loading happens in two steps. serde reads the text into raw tables whose keys are all
-//! optional and spanned (`raw.rs`); it rejects unknown keys and values of the wrong TOML type,
-//! and stops at the first such error. Validation (`validate.rs`, `venue.rs`, `channel.rs`, `binance.rs`) then
+//! Loading happens in three steps. The document's shape is checked against the keys each
+//! table allows (`keys.rs`): every unknown key (with the nearest known one, "did you mean")
+//! and every value of the wrong TOML type is reported, and left out of what serde then reads
+//! into raw tables whose keys are all optional and spanned (`raw.rs`). Validation (`validate.rs`, `venue.rs`, `channel.rs`, `binance.rs`) then
 //! checks every value and reports every problem it finds, each with the file, the key path,
 //! the line and column of the value, what was found and what is allowed:
 //!
@@ -28,6 +29,7 @@
 //! | `idle` | `"busy-spin"`, `"yield"`, `"block"` | `"busy-spin"` |
 //! | `consumer_queue` | power of two, 2..=2^24 slots | 65536 |
 //! | `log_level` | `"error"`, `"warn"`, `"info"`, `"debug"`, `"trace"` | `"info"` |
+//! | `log_format` | `"auto"` (journal priorities when standard error is the journal, else text), `"text"` (RFC 3339 UTC timestamp first), `"journal"`, `"json"` (one object a line) | `"auto"` |
 //!
 //! `[[venue]]`, at least one:
 //!
@@ -97,12 +99,17 @@
 //! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"` | required |
 //! | `path` | all | non-empty path; at most 107 bytes for `unix` | required |
 //! | `client_queue` | unix | power of two, 2..=2^24 frames | 65536 |
-//! | `rotate_bytes` | pcap | 2^20..=2^40 | 1073741824 |
+//! | `mode` | unix | permission bits of the socket, 0..=0o777 (a client needs write permission) | 0o660 |
+//! | `group` | unix | group name or number the socket is given (the service's user must be in it) | the process's |
+//! | `rotate_bytes` | jsonl, pcap | 2^20..=2^40 | 1073741824 |
+//! | `rotate_secs` | jsonl | 0 (by size only) ..= 31622400 | 0 |
+//! | `keep` | jsonl | rotated files kept, `PATH.1` the newest, 0..=1000 | 10 |
 
 mod binance;
 mod channel;
 mod check;
 mod error;
+mod keys;
 mod locate;
 mod raw;
 mod schema;
@@ -112,17 +119,17 @@ mod venue;
 
 use std::path::Path;
 
-pub use error::{ConfigError, ConfigErrors, ErrorKind, Position};
+pub use error::{ConfigError, ConfigErrors, ErrorKind, Position, Snippet};
 pub use schema::{
-    BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, LogLevel, Market, Recovery, Sink,
-    Snapshot, Start, UpdateSpeed, Venue, VenueKind,
+    BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, LogFormat, LogLevel, Market,
+    Recovery, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{
     DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,
 };
 
 use error::Report;
-use locate::Source;
+use locate::{Node, Source};
 use raw::RawConfig;
 
 /// A whole validated configuration file.
@@ -147,9 +154,8 @@ impl Config {
 
     /// Validates the text of a configuration file; `file_name` is used in error messages.
     ///
-    /// Returns every problem found. A text that does not match the shape of the schema (an
-    /// unknown key, a value of the wrong TOML type, invalid TOML) stops at that one error;
-    /// a text of the right shape has all its values checked before anything is returned.
+    /// Returns every problem found, in file order (see [`Config::check`]); only a text that is
+    /// not valid TOML stops at its first syntax error.
     ///
     /// ```
     /// use gapless::config::{Config, ErrorKind, VenueKind};
@@ -175,17 +181,68 @@ impl Config {
     /// );
     /// ```
     pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+        Config::check(text, file_name).result
+    }
+
+    /// Reads the file at `path` as [`Config::check`] does.
+    pub fn check_file(path: impl AsRef<Path>) -> Checked {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::check(&text, &file),
+            Err(e) => Checked {
+                result: Err(ConfigErrors::io(&file, &e)),
+                warnings: Vec::new(),
+            },
+        }
+    }
+
+    /// Validates the text of a configuration file and also returns its warnings: things a
+    /// valid file may hold that are likely mistakes, such as a channel with no way to recover
+    /// a gap.
+    ///
+    /// Every unknown key and every value of the wrong TOML type is reported, and every value
+    /// of the rest checked, in one pass; only a text that is not TOML at all stops at its
+    /// first syntax error.
+    pub fn check(text: &str, file_name: &str) -> Checked {
         let source = Source {
             file: file_name,
             text,
         };
         let mut report = Report::new(source);
-        match toml::from_str::<RawConfig>(text) {
+        let tree = match Node::parse(text) {
+            Ok(tree) => tree,
+            Err(error) => {
+                return Checked {
+                    result: Err(report.toml(&error)),
+                    warnings: Vec::new(),
+                };
+            }
+        };
+        let readable = keys::check(&tree, &mut report);
+        let result = match toml::from_str::<RawConfig>(&readable) {
             Ok(raw) => {
                 let config = validate::config(&raw, &mut report);
-                report.finish(config)
+                let warnings = report.take_warnings();
+                return Checked {
+                    result: report.finish(config),
+                    warnings,
+                };
             }
             Err(error) => Err(report.toml(&error)),
+        };
+        Checked {
+            result,
+            warnings: Vec::new(),
         }
     }
+}
+
+/// What [`Config::check`] found: the configuration or its errors, and warnings either way.
+#[derive(Debug)]
+pub struct Checked {
+    /// The configuration, or every error in file order.
+    pub result: Result<Config, ConfigErrors>,
+    /// Warnings in file order; empty when the text could not be read as TOML.
+    pub warnings: Vec<ConfigError>,
 }

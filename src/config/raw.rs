@@ -33,6 +33,7 @@ pub(super) struct RawDaemon {
     pub idle: Field<String>,
     pub consumer_queue: Field<i64>,
     pub log_level: Field<String>,
+    pub log_format: Field<String>,
 }
 
 /// `[[venue]]`: the keys of every venue kind together; validation sorts out which apply.
@@ -186,4 +187,8 @@ pub(super) struct RawSink {
     pub path: Field<String>,
     pub client_queue: Field<i64>,
     pub rotate_bytes: Field<i64>,
+    pub rotate_secs: Field<i64>,
+    pub keep: Field<i64>,
+    pub mode: Field<i64>,
+    pub group: Field<String>,
 }

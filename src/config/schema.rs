@@ -41,6 +41,20 @@ keyword_enum! {
 }
 
 keyword_enum! {
+    /// How log lines are written to standard error.
+    pub enum LogFormat {
+        /// Journal priorities when standard error is the journal, else text.
+        Auto = "auto",
+        /// An RFC 3339 UTC timestamp, the level and the message.
+        Text = "text",
+        /// An sd-daemon priority prefix (`<3>`) and the message.
+        Journal = "journal",
+        /// One JSON object a line, with `timestamp`, `level` and `message`.
+        Json = "json",
+    }
+}
+
+keyword_enum! {
     /// Where a stream starts when the daemon starts.
     pub enum Start {
         /// Adopt the first sequence number seen; nothing before it is recovered.
@@ -142,6 +156,8 @@ pub struct Daemon {
     pub consumer_queue: PowerOfTwo,
     /// The most detailed log level written.
     pub log_level: LogLevel,
+    /// How log lines are written.
+    pub log_format: LogFormat,
 }
 
 impl Default for Daemon {
@@ -153,6 +169,7 @@ impl Default for Daemon {
             idle: Idle::BusySpin,
             consumer_queue: PowerOfTwo::pow2(16),
             log_level: LogLevel::Info,
+            log_format: LogFormat::Auto,
         }
     }
 }
@@ -350,10 +367,16 @@ impl Default for Recovery {
 /// Where in-order output goes, a `[[sink]]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
-    /// One JSON object per line, appended to a file.
+    /// One JSON object per line, appended to a file, rotated by size and by age.
     Jsonl {
         /// The file written.
         path: PathBuf,
+        /// The file is rotated once it holds this many bytes.
+        rotate_bytes: u64,
+        /// The file is rotated once it is this old; `None`: by size only.
+        rotate_after: Option<Duration>,
+        /// Rotated files kept (`PATH.1` the newest); older ones are removed.
+        keep: u32,
     },
     /// A Unix stream socket that clients connect to.
     Unix {
@@ -361,6 +384,10 @@ pub enum Sink {
         path: PathBuf,
         /// Frames queued per client; a client this far behind is cut off.
         client_queue: PowerOfTwo,
+        /// Permission bits of the socket file; a client needs write permission to connect.
+        mode: u32,
+        /// The group the socket file is given, by name or number; `None`: the process's.
+        group: Option<String>,
     },
     /// pcap files of the delivered frames, rotated by size.
     Pcap {
@@ -375,7 +402,7 @@ impl Sink {
     /// The file or socket path of the sink.
     pub fn path(&self) -> &std::path::Path {
         match self {
-            Sink::Jsonl { path } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
+            Sink::Jsonl { path, .. } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use toml::Spanned;
 
@@ -14,7 +15,7 @@ use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
-use super::schema::{Daemon, Idle, LogLevel, Sink, Venue};
+use super::schema::{Daemon, Idle, LogFormat, LogLevel, Sink, Venue};
 use super::values::{PowerOfTwo, keyword_enum};
 use super::venue;
 
@@ -26,6 +27,12 @@ const DEFAULT_CLIENT_QUEUE: PowerOfTwo = PowerOfTwo::pow2(16);
 
 /// pcap file size at which the next file starts when `rotate_bytes` is left out: 1 GiB.
 const DEFAULT_ROTATE_BYTES: u64 = 1 << 30;
+
+/// Rotated JSON-lines files kept when `keep` is left out.
+const DEFAULT_KEEP: u32 = 10;
+
+/// A unix socket's mode when `mode` is left out: owner and group may connect.
+const DEFAULT_SOCKET_MODE: u32 = 0o660;
 
 /// The longest Unix socket path: `sun_path` holds 108 bytes with the terminating NUL.
 const MAX_UNIX_PATH: usize = 107;
@@ -86,12 +93,22 @@ fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon>
             LogLevel::from_keyword,
         ),
     };
+    let log_format = match &raw.log_format {
+        None => Some(defaults.log_format),
+        Some(field) => report.keyword(
+            field,
+            &path.key("log_format"),
+            LogFormat::KEYWORDS,
+            LogFormat::from_keyword,
+        ),
+    };
     Some(Daemon {
         metrics_listen: metrics_listen?,
         rx_core: rx_core?,
         idle: idle?,
         consumer_queue: consumer_queue?,
         log_level: log_level?,
+        log_format: log_format?,
     })
 }
 
@@ -205,27 +222,62 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
 
     let this = format!("a {} sink", kind.keyword());
     let allowed = match kind {
-        SinkKind::Jsonl => "kind, path",
-        SinkKind::Unix => "kind, path, client_queue",
+        SinkKind::Jsonl => "kind, path, rotate_bytes, rotate_secs, keep",
+        SinkKind::Unix => "kind, path, client_queue, mode, group",
         SinkKind::Pcap => "kind, path, rotate_bytes",
     };
-    if kind != SinkKind::Unix {
-        let keys = raw
-            .client_queue
-            .as_ref()
-            .map(|f| ("client_queue", f.span()));
-        report.foreign_keys(&Vec::from_iter(keys), path, "unix sinks", &this, allowed);
-    }
-    if kind != SinkKind::Pcap {
-        let keys = raw
-            .rotate_bytes
-            .as_ref()
-            .map(|f| ("rotate_bytes", f.span()));
-        report.foreign_keys(&Vec::from_iter(keys), path, "pcap sinks", &this, allowed);
+    let span = |f: &Option<Spanned<i64>>, key| f.as_ref().map(|f| (key, f.span()));
+    let unix_keys = [
+        span(&raw.client_queue, "client_queue"),
+        span(&raw.mode, "mode"),
+        raw.group.as_ref().map(|f| ("group", f.span())),
+    ];
+    let jsonl_keys = [
+        span(&raw.rotate_secs, "rotate_secs"),
+        span(&raw.keep, "keep"),
+    ];
+    let foreign: Vec<_> = match kind {
+        SinkKind::Jsonl => unix_keys.into_iter().flatten().collect(),
+        SinkKind::Unix => jsonl_keys
+            .into_iter()
+            .chain([span(&raw.rotate_bytes, "rotate_bytes")])
+            .flatten()
+            .collect(),
+        SinkKind::Pcap => unix_keys.into_iter().chain(jsonl_keys).flatten().collect(),
+    };
+    for (key, span) in foreign {
+        let owner = match key {
+            "client_queue" | "mode" | "group" => "unix sinks",
+            "rotate_bytes" => "jsonl and pcap sinks",
+            _ => "jsonl sinks",
+        };
+        report.foreign_keys(&[(key, span)], path, owner, &this, allowed);
     }
 
     match kind {
-        SinkKind::Jsonl => Some(Sink::Jsonl { path: file? }),
+        SinkKind::Jsonl => {
+            let rotate_bytes = report.int_or(
+                &raw.rotate_bytes,
+                &path.key("rotate_bytes"),
+                1 << 20..=1 << 40,
+                DEFAULT_ROTATE_BYTES,
+            );
+            let rotate_secs = report.int_or::<u64>(
+                &raw.rotate_secs,
+                &path.key("rotate_secs"),
+                0..=366 * 86_400,
+                0,
+            );
+            let keep = report.int_or(&raw.keep, &path.key("keep"), 0..=1000, DEFAULT_KEEP);
+            Some(Sink::Jsonl {
+                path: file?,
+                rotate_bytes: rotate_bytes?,
+                rotate_after: Some(rotate_secs?)
+                    .filter(|&s| s > 0)
+                    .map(Duration::from_secs),
+                keep: keep?,
+            })
+        }
         SinkKind::Unix => {
             let client_queue = report.power_of_two(
                 &raw.client_queue,
@@ -233,6 +285,29 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
                 2..=MAX_QUEUE,
                 DEFAULT_CLIENT_QUEUE,
             );
+            let mode = report.int_or(&raw.mode, &path.key("mode"), 0..=0o777, DEFAULT_SOCKET_MODE);
+            let group = match &raw.group {
+                None => Some(None),
+                Some(field) => {
+                    let text = field.get_ref();
+                    let ok = !text.is_empty()
+                        && text.len() <= 32
+                        && text
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+                    if !ok {
+                        let found = format!("{} is not a group name", report.quote(&field.span()));
+                        report.push(
+                            ErrorKind::InvalidValue,
+                            &field.span(),
+                            &path.key("group"),
+                            found,
+                            "a group name or number, such as \"gapless-consumers\"",
+                        );
+                    }
+                    ok.then(|| Some(text.clone()))
+                }
+            };
             let file = file?;
             let too_long = file.as_os_str().len() > MAX_UNIX_PATH;
             if let (true, Some(field)) = (too_long, &raw.path) {
@@ -253,6 +328,8 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
             Some(Sink::Unix {
                 path: file,
                 client_queue: client_queue?,
+                mode: mode?,
+                group: group?,
             })
         }
         SinkKind::Pcap => {

@@ -41,9 +41,9 @@ use crate::publish::fanout::Fanout;
 use crate::publish::jsonl::StreamNames;
 use crate::publish::wire::StreamName;
 use crate::publish::{Consumer, Producer, channel};
-use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle};
+use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle, Rotation};
 use crate::sinks::pcap::PcapSinkHandle;
-use crate::sinks::unix::{UnixSink, UnixSinkHandle};
+use crate::sinks::unix::{UnixSink, UnixSinkHandle, set_access};
 use crate::venue::{AnyVenue, BuildError, Venue as _};
 
 /// Why the daemon could not start or stop cleanly.
@@ -97,6 +97,9 @@ pub struct RunSummary {
     pub delivered: u64,
     /// Events a consumer queue had no room for.
     pub dropped: u64,
+    /// The consumers that dropped events, by name (`jsonl:PATH`, `unix:PATH`,
+    /// `in-process-N`), with how many each.
+    pub dropped_by: Vec<(String, u64)>,
     /// Per stream, at the end.
     pub streams: Vec<StreamView>,
     /// Hand-off latency percentiles in nanoseconds (from the metrics' histograms, so
@@ -174,17 +177,27 @@ impl Daemon {
         let mut recorder = None;
         for sink in &self.config.sinks {
             match sink {
-                Sink::Jsonl { path } => {
+                Sink::Jsonl {
+                    path,
+                    rotate_bytes,
+                    rotate_after,
+                    keep,
+                } => {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         let _ = std::fs::create_dir_all(dir);
                     }
                     let (producer, consumer) = channel(queue_bytes, streams);
-                    let handle = JsonlSink::create(path, consumer, names.clone()).map_err(|e| {
-                        DaemonError::Sink {
-                            path: path.clone(),
-                            source: Box::new(e),
-                        }
-                    })?;
+                    let rotation = Rotation {
+                        max_bytes: *rotate_bytes,
+                        max_age: *rotate_after,
+                        keep: *keep,
+                    };
+                    let handle =
+                        JsonlSink::create_rotating(path, rotation, consumer, names.clone())
+                            .map_err(|e| DaemonError::Sink {
+                                path: path.clone(),
+                                source: Box::new(e),
+                            })?;
                     registry.add_consumer(
                         &format!("jsonl:{}", path.display()),
                         Arc::clone(producer.stats()),
@@ -192,7 +205,12 @@ impl Daemon {
                     producers.push(producer);
                     jsonl.push(handle);
                 }
-                Sink::Unix { path, client_queue } => {
+                Sink::Unix {
+                    path,
+                    client_queue,
+                    mode,
+                    group,
+                } => {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         let _ = std::fs::create_dir_all(dir);
                     }
@@ -211,6 +229,10 @@ impl Daemon {
                             path: path.clone(),
                             source: Box::new(e),
                         })?;
+                    set_access(path, *mode, group.as_deref()).map_err(|e| DaemonError::Sink {
+                        path: path.clone(),
+                        source: Box::new(e),
+                    })?;
                     if let Some(p) = handle.take_producer() {
                         registry.add_consumer(
                             &format!("unix:{}", path.display()),
@@ -414,6 +436,12 @@ impl Running {
         let summary = RunSummary {
             delivered: fanout.delivered,
             dropped: fanout.dropped,
+            dropped_by: self
+                .registry
+                .consumer_drops()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
             streams: views,
             // The metrics' hand-off histograms are the one record of latency.
             latency_ns: Some(self.registry.handoff_latency())

@@ -89,6 +89,7 @@ pub fn wait_for_stop_signal(timeout: Duration) -> bool {
 /// starts.
 pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummary, DaemonError> {
     crate::log::set_level(config.daemon.log_level);
+    crate::log::set_format(config.daemon.log_format);
     let running = Daemon::new(config).start()?;
     notify("READY=1");
     let clock = Instant::now();
@@ -127,7 +128,7 @@ pub fn run_service(config: Config, options: &ServiceOptions) -> Result<RunSummar
         {
             last_status = Instant::now();
             for line in status.render(&running.views(), every) {
-                eprintln!("{line}");
+                crate::log_info!("{line}");
             }
         }
     }
@@ -181,11 +182,27 @@ impl StatusLines {
 /// The end-of-run summary as text.
 pub fn summary_text(summary: &RunSummary) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "summary: {} messages delivered, {} events dropped by slow consumers",
-        summary.delivered, summary.dropped
-    );
+    if summary.dropped == 0 {
+        let _ = writeln!(
+            out,
+            "summary: {} messages delivered, none dropped by a consumer",
+            summary.delivered
+        );
+    } else {
+        let by: Vec<String> = summary
+            .dropped_by
+            .iter()
+            .map(|(name, n)| format!("{n} by {name}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "summary: {} messages delivered, {} events dropped by consumers too slow to keep up ({}); \
+             a larger consumer_queue (or client_queue) gives them more room",
+            summary.delivered,
+            summary.dropped,
+            by.join(", ")
+        );
+    }
     for v in &summary.streams {
         let s = &v.stats;
         let _ = writeln!(
@@ -272,5 +289,34 @@ mod tests {
             "other venues never close"
         );
         assert!(finished(&until_closed, secs(35), open), "the grace is over");
+    }
+
+    #[test]
+    fn the_summary_names_the_consumers_that_dropped() {
+        let mut summary = RunSummary {
+            delivered: 10,
+            dropped: 0,
+            dropped_by: Vec::new(),
+            streams: vec![view("v", StreamState::Synced)],
+            latency_ns: None,
+        };
+        let text = summary_text(&summary);
+        assert!(
+            text.starts_with("summary: 10 messages delivered, none dropped"),
+            "{text}"
+        );
+        summary.dropped = 1306;
+        summary.dropped_by = vec![
+            ("unix:target/demo/demo.sock".to_owned(), 1300),
+            ("jsonl:out.jsonl".to_owned(), 6),
+        ];
+        let text = summary_text(&summary);
+        assert!(
+            text.contains(
+                "1306 events dropped by consumers too slow to keep up \
+                 (1300 by unix:target/demo/demo.sock, 6 by jsonl:out.jsonl)"
+            ),
+            "{text}"
+        );
     }
 }

@@ -152,6 +152,15 @@ impl Registry {
         });
     }
 
+    /// Each consumer's name (as in its metric labels) and the events its queue had no room
+    /// for, in the order they were added.
+    pub fn consumer_drops(&self) -> Vec<(String, u64)> {
+        lock(&self.consumers)
+            .iter()
+            .map(|c| (c.name.clone(), c.stats.dropped()))
+            .collect()
+    }
+
     /// The rx loop's cycle time histogram (nanoseconds a cycle).
     pub fn rx_cycle(&self) -> &Arc<AtomicHistogram> {
         &self.rx_cycle

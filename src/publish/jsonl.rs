@@ -53,12 +53,23 @@ impl StreamNames {
 #[derive(Debug, Default)]
 pub struct JsonlFormatter {
     line: String,
+    receive_time: bool,
 }
 
 impl JsonlFormatter {
     /// A formatter with an empty line buffer.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A formatter that also writes each message's and frame's receive time, `recv_ns`
+    /// (wall-clock nanoseconds since the Unix epoch, the kernel's timestamp where it gives
+    /// one), when it is known.
+    pub fn with_receive_time() -> Self {
+        Self {
+            line: String::new(),
+            receive_time: true,
+        }
     }
 
     /// Formats `event` (with its newline) and returns the line, or `None` for events that
@@ -77,9 +88,13 @@ impl JsonlFormatter {
                 seq,
                 snapshot,
                 payload,
+                recv_ns,
                 ..
             } => {
                 let _ = write!(line, ",\"seq\":{seq}");
+                if self.receive_time && recv_ns > 0 {
+                    let _ = write!(line, ",\"recv_ns\":{recv_ns}");
+                }
                 if snapshot {
                     line.push_str(",\"snapshot\":true");
                 }
@@ -91,9 +106,13 @@ impl JsonlFormatter {
                 first,
                 last,
                 payload,
+                recv_ns,
                 ..
             } => {
                 let _ = write!(line, ",\"first\":{first},\"last\":{last}");
+                if self.receive_time && recv_ns > 0 {
+                    let _ = write!(line, ",\"recv_ns\":{recv_ns}");
+                }
                 match std::str::from_utf8(payload) {
                     Ok(text) if looks_like_object(text) => {
                         line.push_str(",\"payload\":");

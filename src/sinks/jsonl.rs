@@ -7,6 +7,12 @@
 //! first drains everything queued at that moment: an event the rx thread
 //! pushed before the stop is on disk when `stop` returns.
 //!
+//! A file sink ([`JsonlSink::create_rotating`]) rotates as logrotate does: once the file holds
+//! [`Rotation::max_bytes`] or is [`Rotation::max_age`] old, it is renamed `PATH.1` (an older
+//! `PATH.1` becomes `PATH.2`, and so on), files past [`Rotation::keep`] are removed, and a new
+//! `PATH` is started. Rotation happens between lines, so every file holds whole lines. Each
+//! record carries its receive time, `recv_ns`.
+//!
 //! ```ignore
 //! use crate::publish::jsonl::StreamNames;
 //! use crate::publish::{Event, channel};
@@ -23,9 +29,9 @@
 //! # Ok::<(), crate::sinks::SinkError>(())
 //! ```
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -57,6 +63,19 @@ pub struct JsonlSinkStats {
     pub bytes: u64,
     /// Flushes of the buffer.
     pub flushes: u64,
+    /// Times the file was rotated.
+    pub rotations: u64,
+}
+
+/// When a JSON-lines file is rotated and how many old files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// Rotate once the file holds this many bytes.
+    pub max_bytes: u64,
+    /// Rotate once the file is this old (since it was opened); `None`: by size only.
+    pub max_age: Option<Duration>,
+    /// Rotated files kept, `PATH.1` to `PATH.keep`; 0 keeps none.
+    pub keep: u32,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +85,7 @@ struct Shared {
     lines: AtomicU64,
     bytes: AtomicU64,
     flushes: AtomicU64,
+    rotations: AtomicU64,
 }
 
 impl Shared {
@@ -76,6 +96,7 @@ impl Shared {
             lines: get(&self.lines),
             bytes: get(&self.bytes),
             flushes: get(&self.flushes),
+            rotations: get(&self.rotations),
         }
     }
 }
@@ -85,11 +106,12 @@ impl Shared {
 pub struct JsonlSink;
 
 impl JsonlSink {
-    /// Appends to the file at `path` (created if missing).
+    /// Appends to the file at `path` (created if missing), without rotation or receive times.
     ///
     /// # Errors
     ///
     /// When the file cannot be opened or the thread cannot start.
+    #[cfg(test)]
     pub fn create(
         path: impl AsRef<Path>,
         input: Consumer,
@@ -99,13 +121,54 @@ impl JsonlSink {
         Self::start(file, input, names)
     }
 
+    /// Appends to the file at `path` (created if missing), with receive times, rotating it
+    /// as `rotation` says.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened or the thread cannot start.
+    pub fn create_rotating(
+        path: impl AsRef<Path>,
+        rotation: Rotation,
+        input: Consumer,
+        names: StreamNames,
+    ) -> Result<JsonlSinkHandle, SinkError> {
+        let path = path.as_ref().to_path_buf();
+        let file = open_append(&path)?;
+        let written = file.metadata().map_or(0, |m| m.len());
+        let rotating = Rotating {
+            path,
+            rotation,
+            written,
+            opened: Instant::now(),
+        };
+        Self::spawn(
+            Box::new(file),
+            Some(rotating),
+            JsonlFormatter::with_receive_time(),
+            input,
+            names,
+        )
+    }
+
     /// Writes to `out`, on a thread of its own.
     ///
     /// # Errors
     ///
     /// When the thread cannot start.
+    #[cfg(test)]
     pub fn start<W: Write + Send + 'static>(
         out: W,
+        input: Consumer,
+        names: StreamNames,
+    ) -> Result<JsonlSinkHandle, SinkError> {
+        Self::spawn(Box::new(out), None, JsonlFormatter::new(), input, names)
+    }
+
+    fn spawn(
+        out: Box<dyn Write + Send>,
+        rotating: Option<Rotating>,
+        formatter: JsonlFormatter,
         input: Consumer,
         names: StreamNames,
     ) -> Result<JsonlSinkHandle, SinkError> {
@@ -114,10 +177,11 @@ impl JsonlSink {
             out: BufWriter::with_capacity(BUFFER_BYTES, out),
             input,
             names,
-            formatter: JsonlFormatter::new(),
+            formatter,
             shared: Arc::clone(&shared),
             dirty: false,
             last_flush: Instant::now(),
+            rotating,
         };
         let thread = thread::Builder::new()
             .name("gapless-jsonl-sink".into())
@@ -167,18 +231,72 @@ impl Drop for JsonlSinkHandle {
     }
 }
 
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The file being written and when it is due to rotate.
+struct Rotating {
+    path: PathBuf,
+    rotation: Rotation,
+    /// Bytes in the current file.
+    written: u64,
+    /// When the current file was opened.
+    opened: Instant,
+}
+
+impl Rotating {
+    fn due(&self) -> bool {
+        self.written >= self.rotation.max_bytes
+            || self
+                .rotation
+                .max_age
+                .is_some_and(|age| self.written > 0 && self.opened.elapsed() >= age)
+    }
+
+    /// `PATH.n`.
+    fn numbered(&self, n: u32) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    }
+
+    /// Shifts the kept files up by one, removes the one past `keep`, moves the current file
+    /// to `PATH.1` (or removes it when none are kept) and opens a new one.
+    fn rotate(&mut self) -> io::Result<File> {
+        let keep = self.rotation.keep;
+        let gone = |r: io::Result<()>| match r {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+        gone(std::fs::remove_file(self.numbered(keep.max(1))))?;
+        for n in (1..keep).rev() {
+            gone(std::fs::rename(self.numbered(n), self.numbered(n + 1)))?;
+        }
+        if keep == 0 {
+            gone(std::fs::remove_file(&self.path))?;
+        } else {
+            std::fs::rename(&self.path, self.numbered(1))?;
+        }
+        self.written = 0;
+        self.opened = Instant::now();
+        open_append(&self.path)
+    }
+}
+
 /// The sink thread's state.
-struct Writer<W: Write> {
-    out: BufWriter<W>,
+struct Writer {
+    out: BufWriter<Box<dyn Write + Send>>,
     input: Consumer,
     names: StreamNames,
     formatter: JsonlFormatter,
     shared: Arc<Shared>,
     dirty: bool,
     last_flush: Instant,
+    rotating: Option<Rotating>,
 }
 
-impl<W: Write> Writer<W> {
+impl Writer {
     fn run(&mut self) -> io::Result<()> {
         let mut backoff = Backoff::new(IDLE_MIN, IDLE_MAX);
         loop {
@@ -192,6 +310,9 @@ impl<W: Write> Writer<W> {
             let moved = self.drain(BATCH as u64)?;
             if abandoned && self.input.is_empty() {
                 break;
+            }
+            if self.rotating.as_ref().is_some_and(Rotating::due) {
+                self.rotate()?;
             }
             let since = self.last_flush.elapsed();
             if self.dirty && since >= FLUSH_INTERVAL {
@@ -231,6 +352,12 @@ impl<W: Write> Writer<W> {
             if written > 0 {
                 lines += 1;
                 bytes += written;
+                if let Some(r) = &mut self.rotating {
+                    r.written += written;
+                    if r.due() {
+                        self.rotate()?;
+                    }
+                }
             }
         }
         if moved > 0 {
@@ -240,6 +367,18 @@ impl<W: Write> Writer<W> {
             self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         Ok(moved)
+    }
+
+    /// Flushes what the current file has, then rotates it; between two lines.
+    fn rotate(&mut self) -> io::Result<()> {
+        let Some(rotating) = &mut self.rotating else {
+            return Ok(());
+        };
+        self.out.flush()?;
+        let file = rotating.rotate()?;
+        self.out = BufWriter::with_capacity(BUFFER_BYTES, Box::new(file));
+        self.shared.rotations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {

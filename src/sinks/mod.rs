@@ -44,6 +44,9 @@ pub enum SinkError {
     /// The hello could not be built.
     #[error(transparent)]
     Wire(#[from] WireError),
+    /// The group a unix socket is to be given does not exist.
+    #[error("group {0:?} does not exist")]
+    UnknownGroup(String),
     /// A sink thread panicked.
     #[error("the {0} thread panicked")]
     ThreadPanicked(&'static str),

@@ -463,3 +463,100 @@ fn jsonl_sink_flushes_within_the_interval_while_running() {
     assert_eq!((stats.events, stats.lines), (1, 1));
     assert!(stats.flushes >= 1);
 }
+
+#[test]
+fn jsonl_sink_rotates_by_size_and_keeps_a_bounded_number_of_files() {
+    use crate::sinks::jsonl::Rotation;
+    let dir = TempDir::new("jsonl-rotate");
+    let file = dir.join("out.jsonl");
+    let (mut producer, consumer) = channel(256 * 1024, 2);
+    // Each line is 78 to 82 bytes; 4096 bytes hold about 50.
+    let rotation = Rotation {
+        max_bytes: 4096,
+        max_age: None,
+        keep: 3,
+    };
+    let sink = JsonlSink::create_rotating(&file, rotation, consumer, StreamName::table(&names()))
+        .expect("start");
+    const EVENTS: u64 = 2_000;
+    for seq in 1..=EVENTS {
+        push_waiting(&mut producer, &message(0, seq, &[seq as u8]));
+    }
+    let stats = sink.stop().expect("stop");
+    assert!(stats.rotations >= 30, "{stats:?}");
+    // The current file and three rotated ones, no more.
+    let mut names: Vec<String> = fs::read_dir(dir.join(""))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["out.jsonl", "out.jsonl.1", "out.jsonl.2", "out.jsonl.3"]
+    );
+    // Whole lines in each, each within the size, newest last: .3, .2, .1, then the file.
+    let mut seqs = Vec::new();
+    for name in ["out.jsonl.3", "out.jsonl.2", "out.jsonl.1", "out.jsonl"] {
+        let text = fs::read_to_string(dir.join(name)).expect("read");
+        assert!(text.ends_with('\n'), "{name}");
+        assert!(text.len() < 4096 + 100, "{name}: {} bytes", text.len());
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a whole line");
+            // The receive time travels with each record.
+            assert_eq!(v["recv_ns"], v["seq"], "{line}");
+            seqs.push(v["seq"].as_u64().expect("seq"));
+        }
+    }
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "consecutive");
+    assert_eq!(seqs.last(), Some(&EVENTS));
+}
+
+#[test]
+fn jsonl_sink_rotates_by_age() {
+    use crate::sinks::jsonl::Rotation;
+    let dir = TempDir::new("jsonl-age");
+    let file = dir.join("out.jsonl");
+    let (mut producer, consumer) = channel(64 * 1024, 2);
+    let rotation = Rotation {
+        max_bytes: 1 << 30,
+        max_age: Some(Duration::from_millis(200)),
+        keep: 2,
+    };
+    let sink = JsonlSink::create_rotating(&file, rotation, consumer, StreamName::table(&names()))
+        .expect("start");
+    push_waiting(&mut producer, &message(0, 1, b"a"));
+    // The sink rotates an aged file on its own, with no further event to trigger it.
+    wait_until("the age rotation", || dir.join("out.jsonl.1").exists());
+    push_waiting(&mut producer, &message(0, 2, b"b"));
+    let stats = sink.stop().expect("stop");
+    assert_eq!(stats.rotations, 1, "{stats:?}");
+    let old = fs::read_to_string(dir.join("out.jsonl.1")).expect("read");
+    let new = fs::read_to_string(&file).expect("read");
+    assert!(
+        old.contains("\"seq\":1,") && !old.contains("\"seq\":2,"),
+        "{old}"
+    );
+    assert!(new.contains("\"seq\":2,"), "{new}");
+}
+
+#[test]
+fn unix_socket_mode_and_group_are_set() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = TempDir::new("unix-access");
+    let path = dir.join("s.sock");
+    let sink = UnixSink::start(&path, 4096, &names()).expect("start");
+    // The process's own group is one it may always give.
+    let gid = fs::metadata(dir.join("")).expect("dir").gid();
+    crate::sinks::unix::set_access(&path, 0o660, Some(&gid.to_string())).expect("access");
+    let meta = fs::symlink_metadata(&path).expect("stat");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(meta.gid(), gid);
+    crate::sinks::unix::set_access(&path, 0o600, None).expect("mode only");
+    let meta = fs::symlink_metadata(&path).expect("stat");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(matches!(
+        crate::sinks::unix::set_access(&path, 0o660, Some("no-such-group-here")),
+        Err(SinkError::UnknownGroup(_))
+    ));
+    sink.stop().expect("stop");
+}

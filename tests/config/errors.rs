@@ -445,3 +445,138 @@ fn more_streams_than_consumer_stream_ids_is_out_of_range() {
     );
     assert!(message.contains("65537 streams"), "{message}");
 }
+
+/// The six mistakes an operator makes most: each reported, in one pass, in file order.
+const SIX_MISTAKES: &str = r#"[daemon]
+idle = "bussy-spin"
+consumer_queue = 1000
+metrics_listn = "127.0.0.1:9464"
+
+[[venue]]
+name = "futures"
+kind = "binance"
+market = "usdm"
+ws_url = "http://fstream.binance.com/stream"
+symbols = ["btcusdt", "ethusdt", "btcusdt"]
+depth_limit = 5000
+"#;
+
+#[test]
+fn six_mistakes_are_reported_in_one_pass() {
+    let errors = errors(SIX_MISTAKES);
+    let found: Vec<(ErrorKind, &str, String)> = errors
+        .iter()
+        .map(|e| {
+            let p = e.position.unwrap();
+            (e.kind, e.path.as_str(), format!("{}:{}", p.line, p.column))
+        })
+        .collect();
+    let expected = [
+        (ErrorKind::InvalidValue, "daemon.idle", "2:8"),
+        (ErrorKind::NotPowerOfTwo, "daemon.consumer_queue", "3:18"),
+        (ErrorKind::UnknownKey, "daemon.metrics_listn", "4:1"),
+        (ErrorKind::InvalidValue, "venue[0].ws_url", "10:10"),
+        (ErrorKind::Duplicate, "venue[0].symbols[2]", "11:34"),
+        (ErrorKind::InvalidValue, "venue[0].depth_limit", "12:15"),
+    ];
+    let expected: Vec<(ErrorKind, &str, String)> = expected
+        .iter()
+        .map(|(k, p, at)| (*k, *p, (*at).to_owned()))
+        .collect();
+    assert_eq!(found, expected, "{errors}");
+
+    // Near misses get a suggestion; the rest do not.
+    let helps: Vec<Option<&str>> = errors.iter().map(|e| e.help.as_deref()).collect();
+    assert_eq!(
+        helps,
+        [
+            Some("did you mean \"busy-spin\"?"),
+            None,
+            Some("did you mean `metrics_listen`?"),
+            None,
+            None,
+            None,
+        ]
+    );
+
+    // Rendered as rustc does: the line, a caret under the span, the expectation.
+    let unknown = errors.errors()[2].render("error");
+    assert_eq!(
+        unknown,
+        "error: daemon.metrics_listn: unknown key `metrics_listn`\n \
+         --> config/bad.toml:4:1\n  |\n\
+         4 | metrics_listn = \"127.0.0.1:9464\"\n  \
+         | ^^^^^^^^^^^^^ expected one of `metrics_listen`, `rx_core`, `idle`, \
+         `consumer_queue`, `log_level`, `log_format`\n  \
+         = help: did you mean `metrics_listen`?\n"
+    );
+    let url = errors.errors()[3].render("error");
+    let caret = url.lines().nth(4).unwrap();
+    assert_eq!(
+        caret.find('^'),
+        Some(5 + 9),
+        "the caret starts under the value: {url}"
+    );
+    assert_eq!(caret.matches('^').count(), 35, "{url}");
+    let all = errors.render();
+    assert!(all.ends_with("error: config/bad.toml: 6 errors\n"), "{all}");
+}
+
+#[test]
+fn wrong_types_and_unknown_keys_do_not_hide_other_errors() {
+    let text = edit(&[
+        ("consumer_queue = 1024", "consumer_queue = \"1024\""),
+        ("  name = \"itch-b\"", "  nmae = \"itch-b\""),
+        ("reorder_window = 1024", "reorder_window = 1000"),
+        (
+            "path = \"a.jsonl\"",
+            "path = \"a.jsonl\"\nrotate = { bytes = 5 }",
+        ),
+    ]);
+    let errors = errors(&text);
+    let found: Vec<(ErrorKind, &str)> = errors.iter().map(|e| (e.kind, e.path.as_str())).collect();
+    assert_eq!(
+        found,
+        [
+            (ErrorKind::WrongType, "daemon.consumer_queue"),
+            // Not also a missing `name`: the suggestion says which key was meant.
+            (ErrorKind::UnknownKey, "venue[0].channel[1].nmae"),
+            (ErrorKind::NotPowerOfTwo, "venue[0].recovery.reorder_window"),
+            (ErrorKind::UnknownKey, "sink[0].rotate"),
+        ],
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_wrongly_typed_required_key_is_not_also_missing() {
+    let text = edit(&[("name = \"btc\"", "name = 7")]);
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 1, "{errors}");
+    assert_eq!(errors.errors()[0].kind, ErrorKind::WrongType);
+}
+
+#[test]
+fn a_channel_without_recovery_is_a_warning() {
+    // VALID's second channel has neither `rerequest` nor `snapshot`; the first has one.
+    let checked = Config::check(VALID, FILE);
+    assert!(checked.result.is_ok());
+    let found: Vec<(ErrorKind, &str, usize)> = checked
+        .warnings
+        .iter()
+        .map(|w| (w.kind, w.path.as_str(), w.position.unwrap().line))
+        .collect();
+    assert_eq!(found, [(ErrorKind::NoRecovery, "venue[0].channel[1]", 14)]);
+    let text = checked.warnings[0].render("warning");
+    assert!(text.starts_with("warning: venue[0].channel[1]: "), "{text}");
+    assert!(
+        text.contains("neither `rerequest` nor `snapshot`"),
+        "{text}"
+    );
+
+    let recovered = edit(&[(
+        "  group = \"233.49.196.111:26477\"\n",
+        "  group = \"233.49.196.111:26477\"\n  rerequest = [\"10.1.9.2:18000\"]\n",
+    )]);
+    assert!(Config::check(&recovered, FILE).warnings.is_empty());
+}

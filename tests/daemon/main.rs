@@ -10,4 +10,6 @@
 )]
 
 mod binance_cli;
+mod logs;
 mod run;
+mod top;

@@ -171,6 +171,9 @@ fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
         assert_eq!(v["stream"], "a");
     }
 
+    // The Python client in the repository reads the same socket, stdlib only.
+    python_client_reads(&dir.join("out.sock"));
+
     sim.wait(Duration::from_secs(30)).unwrap();
     // The scrape, over HTTP, while running.
     let body = http_get(metrics, "/metrics");
@@ -215,11 +218,57 @@ fn run_serves_metrics_tail_and_stops_cleanly_on_sigterm() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `clients/python/gapless_client.py` on the socket: 500 messages of stream `a` of venue
+/// `sim`, in order with no gap, each as `gapless tail` prints it.
+fn python_client_reads(socket: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python/gapless_client.py");
+    let out = match Command::new("python3")
+        .arg(&script)
+        .arg(socket)
+        .args(["--limit", "500", "--timeout", "20"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipping the Python client: python3 cannot run ({e})");
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 500, "{text}");
+    let mut last = None;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["venue"], "sim");
+        assert_eq!(v["stream"], "a");
+        if let Some(seq) = v["seq"].as_u64() {
+            assert!(
+                v["payload"].as_str().is_some_and(|p| !p.is_empty()),
+                "{line}"
+            );
+            if let Some(prev) = last {
+                assert_eq!(seq, prev + 1, "in order, no gap: {line}");
+            }
+            last = Some(seq);
+        }
+    }
+    assert!(last.is_some(), "messages among the events: {text}");
+}
+
 #[test]
 fn check_config_reports_errors_with_exit_code_2() {
     let dir = temp_dir("check");
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "[daemon]\nidle = \"sometimes\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[daemon]\nidle = \"sometimes\"\nlog_levle = \"info\"\n",
+    )
+    .unwrap();
     let out = Command::new(BIN)
         .arg("check-config")
         .arg(&bad)
@@ -227,7 +276,16 @@ fn check_config_reports_errors_with_exit_code_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.toml:2:"), "{err}");
+    // Both mistakes, each with its line and a caret; the file has no venue either.
+    assert!(err.contains("bad.toml:2:8\n"), "{err}");
+    assert!(err.contains("2 | idle = \"sometimes\"\n"), "{err}");
+    assert!(
+        err.contains("  |        ^^^^^^^^^^^ expected one of"),
+        "{err}"
+    );
+    assert!(err.contains("bad.toml:3:1\n"), "{err}");
+    assert!(err.contains("help: did you mean `log_level`?"), "{err}");
+    assert!(err.ends_with("bad.toml: 3 errors\n"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -262,12 +320,49 @@ fn systemd_unit_verifies() {
         .arg(dir.join("gapless@demo.service"))
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The hardening, as systemd scores it (3.3 before it was tightened; 1.5 now).
+    let security = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(dir.join("gapless@demo.service"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = String::from_utf8_lossy(&security.stdout);
+    match report
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, score)| score.split_whitespace().next()?.parse::<f64>().ok())
+    {
+        Some(score) => assert!(score <= 2.0, "exposure {score}:\n{report}"),
+        None => eprintln!("skipping the security score: this systemd-analyze has no --offline"),
+    }
+}
+
+#[test]
+fn an_invalid_config_exits_2_which_the_unit_does_not_restart() {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/gapless@.service"),
+    )
+    .unwrap();
+    assert!(unit.lines().any(|l| l == "RestartPreventExitStatus=2"));
+    let dir = temp_dir("exit2");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nidle = \"sometimes\"\n").unwrap();
+    for config in [bad, dir.join("absent.toml")] {
+        let out = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", config.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

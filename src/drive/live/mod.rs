@@ -539,15 +539,19 @@ impl RxLoop {
             }
         }
         while let Some(notice) = venue.poll_notice() {
-            let name = venue.name();
-            let at = match notice.stream().and_then(|s| venue.stream(s)) {
-                Some(s) => format!("{name}/{}", s.name),
-                None => name.to_string(),
+            let level = match notice.level() {
+                NoticeLevel::Warn => crate::log::WARN,
+                NoticeLevel::Info => crate::log::INFO,
+                NoticeLevel::Debug => crate::log::DEBUG,
             };
-            match notice.level() {
-                NoticeLevel::Warn => crate::log_warn!("{at}: {notice}"),
-                NoticeLevel::Info => crate::log_info!("{at}: {notice}"),
-                NoticeLevel::Debug => crate::log_debug!("{at}: {notice}"),
+            // A notice below the level is dropped here, before anything is formatted.
+            if !crate::log::enabled(level) {
+                continue;
+            }
+            let name = venue.name();
+            match notice.stream().and_then(|s| venue.stream(s)) {
+                Some(s) => crate::log::write(level, format_args!("{name}/{}: {notice}", s.name)),
+                None => crate::log::write(level, format_args!("{name}: {notice}")),
             }
         }
         work

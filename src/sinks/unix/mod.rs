@@ -401,3 +401,45 @@ impl Dispatcher {
         retired
     }
 }
+
+/// Gives the socket file at `path` the permission bits `mode` and, when named, the group
+/// `group` (a name from the group database or a number), so consumers running as another
+/// user of that group can connect (connecting needs write permission on the socket).
+///
+/// # Errors
+///
+/// [`SinkError::UnknownGroup`] for a group that does not exist, and I/O errors of `chown`
+/// (the service's user must be a member of the group) and `chmod`.
+pub fn set_access(path: &Path, mode: u32, group: Option<&str>) -> Result<(), SinkError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(group) = group {
+        let gid = match group.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => group_id(group).ok_or_else(|| SinkError::UnknownGroup(group.to_owned()))?,
+        };
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// The id of the group named `name`, from the group database.
+fn group_id(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: a zeroed `group` is a valid out-parameter for getgrnam_r.
+    let mut group: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call: a NUL-terminated name, a group struct
+    // and a buffer of the length passed, and the result pointer.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            name.as_ptr(),
+            &mut group,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    (rc == 0 && !found.is_null()).then_some(group.gr_gid)
+}
