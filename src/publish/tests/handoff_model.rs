@@ -503,7 +503,9 @@ fn differential(seed: u64, capacity: usize) {
     assert_eq!(s1.stats(0), session.stats(0), "session counters agree");
     matches_with_overruns(&direct, &queued);
     let n = direct.iter().filter_map(seq_of).count();
-    assert!(n > 10_000, "direct delivered {n}; stats {:?}", s1.stats(0));
+    // The feed goes on after an end of session (1 packet in 100); what follows one until
+    // the next session change is a straggler and not delivered.
+    assert!(n > 5_000, "direct delivered {n}; stats {:?}", s1.stats(0));
     assert!(direct.iter().any(|e| matches!(e, Seen::Gap { .. })));
     if capacity < 1 << 20 {
         assert!(fanout.dropped > 0, "the queue overran");

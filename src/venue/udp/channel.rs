@@ -174,6 +174,12 @@ impl Channel {
         let Some(epoch) = self.resolve_epoch(core, spec, a, d.session, d.seq, emit) else {
             return;
         };
+        if self.published == StreamState::Closed && d.kind == Kind::Data {
+            // The session announced its end and nothing is missing: data after it is a
+            // straggler, never delivered after consumers were told the stream closed.
+            self.stats.stale_session += 1;
+            return;
+        }
         let stream = self.stream;
         match d.kind {
             // The common case: a live datagram that continues a synced stream. The
@@ -447,5 +453,57 @@ impl Channel {
         stats.requests_inflight = self.requester.inflight() as u64;
         stats.timeouts = self.requester.timeouts;
         stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::moldudp64::{self, PacketWriter, Session};
+    use crate::publish::{Event, StreamState};
+    use crate::time::{Mono, Wall};
+    use crate::venue::udp::LineSpec;
+    use crate::venue::{ChannelSpec, FeedSpec, UdpVenue, Via, Wire};
+
+    const SESSION: Session = Session(*b"TEST000001");
+
+    fn data(first: u64) -> Vec<u8> {
+        let mut buf = [0u8; 64];
+        let mut w = PacketWriter::new(&mut buf, SESSION, first).unwrap();
+        w.push(b"m").unwrap();
+        let n = w.finish();
+        buf[..n].to_vec()
+    }
+
+    #[test]
+    fn nothing_is_delivered_after_the_session_closed() {
+        let line = LineSpec::loopback(std::net::SocketAddrV4::new([239, 255, 0, 1].into(), 1));
+        let mut spec = FeedSpec::new(Wire::MoldUdp64, vec![ChannelSpec::new("a", line)]);
+        spec.window = 64;
+        spec.max_buffered = 64;
+        spec.arena_datagrams = 8;
+        spec.session_confirm = 1;
+        let mut venue = UdpVenue::new("t", spec);
+        let mut end = [0u8; 20];
+        let n = moldudp64::encode_end_of_session(&mut end, SESSION, 2).unwrap();
+        let mut seen = Vec::new();
+        let mut sink = |e: &Event<'_>| seen.push(format!("{e:?}"));
+        let datagrams = [data(1), end[..n].to_vec(), data(2), data(3)];
+        for (i, d) in datagrams.iter().enumerate() {
+            let at = 1_000 * (i as u64 + 1);
+            venue.on_datagram(
+                Mono::from_nanos(at),
+                0,
+                d,
+                Wall::from_nanos(at),
+                Via::Multicast,
+                &mut sink,
+            );
+        }
+        assert_eq!(venue.published_state(0), StreamState::Closed);
+        let messages: Vec<&String> = seen.iter().filter(|e| e.starts_with("Message")).collect();
+        // Before the fix, messages 2 and 3 came after the consumers were told it closed.
+        assert_eq!(messages.len(), 1, "{seen:?}");
+        assert!(seen.last().unwrap().contains("Closed"), "{seen:?}");
+        assert_eq!(venue.stats(0).stale_session, 2);
     }
 }

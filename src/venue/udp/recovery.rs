@@ -454,6 +454,9 @@ impl Channel {
                 },
             )
         } else {
+            // Nothing can be asked for, now or later: a plan left due would be due at
+            // every wake, and the loop would spin.
+            self.requester.clear();
             Plan::Exhausted
         };
         if plan == Plan::Exhausted && !self.start_snapshot(core, spec, now, emit) {
@@ -671,6 +674,51 @@ mod tests {
             sent.push((s.port(), range))
         });
         (p, sent)
+    }
+
+    #[test]
+    fn a_gap_with_no_recovery_path_leaves_no_timer_due() {
+        use crate::protocol::moldudp64::{PacketWriter, Session};
+        use crate::time::Wall;
+        use crate::venue::udp::LineSpec;
+        use crate::venue::{ChannelSpec, FeedSpec, Venue, Via, Wire};
+
+        let line = LineSpec::loopback(std::net::SocketAddrV4::new([239, 255, 0, 1].into(), 1));
+        let mut spec = FeedSpec::new(Wire::MoldUdp64, vec![ChannelSpec::new("a", line)]);
+        spec.window = 64;
+        spec.max_buffered = 64;
+        spec.arena_datagrams = 8;
+        spec.gap_policy = GapPolicy::Hold;
+        spec.session_confirm = 1;
+        let mut venue = crate::venue::UdpVenue::new("t", spec);
+        let mut sink = |_: &crate::publish::Event<'_>| {};
+        for (at, seq) in [(1_000u64, 1u64), (2_000, 3)] {
+            let mut buf = [0u8; 64];
+            let mut w = PacketWriter::new(&mut buf, Session(*b"TEST000001"), seq).unwrap();
+            w.push(b"m").unwrap();
+            let n = w.finish();
+            let now = Mono::from_nanos(at);
+            venue.on_datagram(
+                now,
+                0,
+                &buf[..n],
+                Wall::from_nanos(at),
+                Via::Multicast,
+                &mut sink,
+            );
+        }
+        assert_eq!(venue.state(0), StreamState::DirtySyncPending);
+        // The reorder delay passes: nothing can recover the gap, and under "hold" the
+        // stream latches (it says so, and stops trying).
+        let now = venue.poll_timeout().expect("the first plan is armed");
+        venue.handle_timeout(now, &mut sink);
+        assert_eq!(venue.state(0), StreamState::ResetRequired);
+        // Before the fix the plan stayed due: poll_timeout kept answering a past time.
+        assert!(
+            venue.poll_timeout().is_none_or(|t| t > now),
+            "a timer is still due: {:?}",
+            venue.armed_timers()
+        );
     }
 
     #[test]
