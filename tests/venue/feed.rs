@@ -1237,3 +1237,30 @@ fn make_room_declares_exactly_what_is_missing_when_room_runs_out() {
     assert_eq!(stats.sequencer.overflows, 0, "{stats:?}");
     assert_eq!(stats.messages_lost, 2 + 1 + (6_999 - 1_701 + 1));
 }
+
+#[test]
+fn sequence_numbers_near_the_top_of_the_range_never_wrap_a_counter() {
+    let mut s = spec(false, false);
+    s.gap_policy = GapPolicy::Skip;
+    let mut h = Harness::new(s);
+    let p = h.publish(1, 2);
+    h.datagram(&p, Via::Multicast);
+    // A hostile or corrupt sender near u64::MAX, twice, then the real feed again.
+    for first in [u64::MAX - 40, u64::MAX - 3] {
+        h.datagram(&packet(h.session, first, 2), Via::Multicast);
+        h.run_for(5 * MS);
+    }
+    h.finish();
+    let stats = h.feed.stats(0);
+    // What was declared lost adds up to the gap events, counted without wrapping.
+    let reported: u128 = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Seen::Gap(from, to) => Some(u128::from(to - from) + 1),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(u128::from(stats.messages_lost), reported.min(u128::from(u64::MAX)));
+    assert!(stats.messages_lost >= stats.gaps_lost, "{stats:?}");
+}
