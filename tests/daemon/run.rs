@@ -518,7 +518,7 @@ symbols = ["btcusdt"]
     assert!(
         stderr
             .lines()
-            .any(|l| l.starts_with("debug:") && l.contains("connecting to 127.0.0.1")),
+            .any(|l| l.contains(" debug: ") && l.contains("connecting to 127.0.0.1")),
         "debug says what the venue is doing"
     );
     let _ = std::fs::remove_dir_all(&dir);
