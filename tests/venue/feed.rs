@@ -1261,6 +1261,9 @@ fn sequence_numbers_near_the_top_of_the_range_never_wrap_a_counter() {
             _ => None,
         })
         .sum();
-    assert_eq!(u128::from(stats.messages_lost), reported.min(u128::from(u64::MAX)));
+    assert_eq!(
+        u128::from(stats.messages_lost),
+        reported.min(u128::from(u64::MAX))
+    );
     assert!(stats.messages_lost >= stats.gaps_lost, "{stats:?}");
 }
