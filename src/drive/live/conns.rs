@@ -305,6 +305,8 @@ impl Conns {
             return;
         };
         if let Some(mut old) = c.ws.take() {
+            // The socket is dropped right after: closing it leaves the poll as well, so a
+            // failed deregistration loses nothing.
             let _ = old.deregister(registry);
         }
         while let Some(&addr) = c.addrs.get(c.next_addr) {
@@ -356,6 +358,7 @@ impl Conns {
             return;
         };
         if let Some(mut ws) = c.ws.take() {
+            // Dropped right after; closing the socket leaves the poll as well.
             let _ = ws.deregister(registry);
         }
         self.report(now, c.venue, venue, c.conn, &c.url, failure, fanout);
@@ -549,6 +552,7 @@ impl Conns {
                 };
                 if before == Step::Open {
                     if let Some(mut ws) = c.ws.take() {
+                        // Dropped right after; closing the socket leaves the poll as well.
                         let _ = ws.deregister(registry);
                     }
                     crate::log_debug!("{}: connection {} {why}", venue.name(), conn.0);

@@ -194,6 +194,7 @@ impl FetchService {
                         SnapshotReply::Failed(reason) => Outcome::Failed(reason),
                     };
                     let sent = tx.send(Done { venue, id, outcome }).is_ok();
+                    // A failed wake only delays the result to the next cycle.
                     let _ = waker.wake();
                     sent
                 })
