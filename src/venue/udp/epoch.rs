@@ -247,14 +247,17 @@ impl Channel {
         now: Mono,
         emit: &mut impl Emit,
     ) {
-        let (Some(current), Some(session)) =
-            (self.epochs.session, self.epochs.candidate.counting())
-        else {
-            return;
-        };
         if self.epochs.drain_until.is_none() {
             return;
         }
+        let (Some(current), Some(session)) =
+            (self.epochs.session, self.epochs.candidate.counting())
+        else {
+            // Nothing waits any more (the count was given up): no drain, no timer left due.
+            self.epochs.drain_until = None;
+            self.timers.stop(ChannelTimer::SessionDrain);
+            return;
+        };
         if self.tail_open(core) {
             if !self.drain_due(spec, now) {
                 return;
