@@ -34,6 +34,7 @@ mod notice;
 mod timer;
 pub mod udp;
 
+use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 pub use notice::{EpochLabel, LostReason, Notice, NoticeLevel, Notices};
@@ -147,8 +148,9 @@ impl Transmit {
     }
 }
 
-/// A snapshot to fetch off the rx thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A snapshot to fetch off the rx thread. Its `Debug` and `Display` never show the
+/// password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Fetch {
     /// An HTTP `GET` of `url`; the answer is one [`FetchReply::Http`].
     Http {
@@ -167,6 +169,44 @@ pub enum Fetch {
         /// The session to log in to (MoldUDP64's 10-byte session name).
         session: [u8; 10],
     },
+}
+
+impl fmt::Display for Fetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Http { url } => write!(f, "GET {url}"),
+            Self::Soup {
+                addr,
+                username,
+                session,
+                ..
+            } => write!(
+                f,
+                "SoupBinTCP snapshot from {addr} as {username:?}, session {:?}",
+                String::from_utf8_lossy(session)
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for Fetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Http { url } => f.debug_struct("Http").field("url", url).finish(),
+            Self::Soup {
+                addr,
+                username,
+                session,
+                ..
+            } => f
+                .debug_struct("Soup")
+                .field("addr", addr)
+                .field("username", username)
+                .field("password", &"<hidden>")
+                .field("session", &String::from_utf8_lossy(session))
+                .finish(),
+        }
+    }
 }
 
 /// What a venue asks its driver to do besides sending datagrams.
@@ -660,5 +700,27 @@ impl From<UdpVenue> for AnyVenue {
 impl From<binance::BinanceVenue> for AnyVenue {
     fn from(v: binance::BinanceVenue) -> Self {
         Self::Binance(v)
+    }
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    use super::Fetch;
+
+    #[test]
+    fn a_snapshot_login_never_shows_its_password() {
+        let soup = Fetch::Soup {
+            addr: "127.0.0.1:9000".parse().unwrap(),
+            username: "trader".into(),
+            password: "s3cr3t-pw".into(),
+            session: *b"SESSION001",
+        };
+        for text in [format!("{soup}"), format!("{soup:?}")] {
+            assert!(!text.contains("s3cr3t-pw"), "{text}");
+            assert!(
+                text.contains("trader") && text.contains("127.0.0.1:9000"),
+                "{text}"
+            );
+        }
     }
 }

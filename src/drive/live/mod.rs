@@ -518,7 +518,7 @@ impl RxLoop {
                     ..
                 } => {
                     let timeout = Duration::from_nanos(timeout_ns);
-                    crate::log_debug!("{}: snapshot {} requested: {what:?}", venue.name(), id.0);
+                    crate::log_debug!("{}: snapshot {} requested: {what}", venue.name(), id.0);
                     if let Err(e) = self.fetches.start(v, id, what, timeout) {
                         let reason = e.to_string();
                         if let Some(held) = self.log.allow(now, v, "snapshot start") {
