@@ -255,6 +255,8 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => {
             let checked = Config::check_file(&file);
+            // A report that cannot be written to stderr has nowhere else to go; the exit
+            // code still says whether the file is valid.
             let mut err = io::stderr().lock();
             for warning in &checked.warnings {
                 let _ = writeln!(err, "{}", warning.render("warning"));
@@ -421,6 +423,7 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
     };
     match result {
         Ok(summary) => {
+            // Nowhere else to report a stderr that cannot be written; the exit code stands.
             let mut err = io::stderr().lock();
             let _ = writeln!(err, "{summary}");
             ExitCode::SUCCESS

@@ -181,6 +181,7 @@ impl StatusLines {
 
 /// The end-of-run summary as text.
 pub fn summary_text(summary: &RunSummary) -> String {
+    // Writing into a String cannot fail: the results of `writeln!` below carry nothing.
     let mut out = String::new();
     if summary.dropped == 0 {
         let _ = writeln!(

@@ -179,20 +179,7 @@ impl WsClient {
             .into_iter()
             .next()
             .ok_or_else(|| connect_error(io::Error::new(ErrorKind::NotFound, "no address")))?;
-        let mut socket = TcpStream::connect(addr).map_err(connect_error)?;
-        socket.set_nodelay(true).map_err(connect_error)?;
-        registry
-            .register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)
-            .map_err(connect_error)?;
-        let stream = match tls {
-            Some(config) => MaybeTls::with_config(socket, &endpoint, config)?,
-            None => MaybeTls::new(socket, &endpoint)?,
-        };
-        Ok(Self {
-            state: State::Connecting(stream),
-            url: url.to_owned(),
-            stats: WsStats::default(),
-        })
+        Self::connect_to(url, addr, registry, token, tls)
     }
 
     /// Starts connecting to `addr` for `url` (its host names the TLS server and the

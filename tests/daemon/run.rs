@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -72,23 +71,7 @@ client_queue = 65536
 
 /// Starts `gapless run` and waits for READY=1 on a notify socket of our own.
 fn start_daemon(config: &Path, dir: &Path) -> Child {
-    let notify_path = dir.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut buf = [0u8; 256];
-    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
-    assert_eq!(&buf[..n], b"READY=1");
-    child
+    crate::start_daemon_with(config, dir, Stdio::inherit(), None)
 }
 
 fn http_get(port: u16, path: &str) -> String {
@@ -390,23 +373,7 @@ fn run_with_the_demo_config_delivers_both_venues() {
     let binance = BinanceSim::start(bcfg).unwrap();
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.toml");
 
-    let notify_path = dir.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut daemon = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .current_dir(&dir)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).expect("READY=1");
-    assert_eq!(&buf[..n], b"READY=1");
+    let mut daemon = crate::start_daemon_with(&config, &dir, Stdio::inherit(), Some(&dir));
     mold.wait(Duration::from_secs(30)).unwrap();
     let body = http_get(9464, "/metrics");
     for venue in ["demo-mold", "demo-binance"] {
@@ -465,22 +432,7 @@ symbols = ["btcusdt"]
         ),
     )
     .unwrap();
-    let notify_path = dir.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut daemon = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut buf = [0u8; 256];
-    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
-    assert_eq!(&buf[..n], b"READY=1");
+    let mut daemon = crate::start_daemon_with(&config, &dir, Stdio::piped(), None);
     // Attempts at about 0, 0.2, 0.6 and 1.4 s.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut text = String::new();

@@ -1,7 +1,6 @@
 //! `gapless top` as an operator sees it: in a terminal (tmux), against a running daemon,
 //! redrawn in place.
 
-use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,22 +41,7 @@ fn top_shows_the_streams_in_a_terminal_and_redraws_in_place() {
         ),
     )
     .unwrap();
-    let notify_path = dir.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut daemon = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
-    assert_eq!(&buf[..n], b"READY=1");
+    let mut daemon = crate::start_daemon_with(&config, &dir, Stdio::null(), None);
 
     let server = format!("gapless-top-{}", std::process::id());
     let command = format!("{BIN} top --metrics 127.0.0.1:{port} --interval-ms 200");

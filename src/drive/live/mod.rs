@@ -311,12 +311,14 @@ impl RxLoop {
     /// The earliest deadline of any venue or connection (or of a datagram the loss
     /// injector delays).
     fn next_deadline(&self) -> Option<Mono> {
-        let held = self
-            .sockets
-            .iter()
-            .flatten()
-            .filter_map(|s| s.chaos.as_ref().and_then(chaos::Chaos::next_due))
-            .min();
+        // Only when loss injection is on: otherwise no socket holds anything back.
+        let held = self.options.chaos.and_then(|_| {
+            self.sockets
+                .iter()
+                .flatten()
+                .filter_map(|s| s.chaos.as_ref().and_then(chaos::Chaos::next_due))
+                .min()
+        });
         let venues = self.venues.iter().filter_map(Venue::poll_timeout).min();
         [venues, self.conns.next_deadline(), held]
             .into_iter()
@@ -409,10 +411,12 @@ impl RxLoop {
             &mut self.venues,
             &mut self.fanout,
         );
-        for (venue, sockets) in self.venues.iter_mut().zip(&mut self.sockets) {
-            for (e, socket) in sockets.iter_mut().enumerate() {
-                let id = EndpointId(u16::try_from(e).unwrap_or(u16::MAX));
-                work += udp::release_held(now, venue, id, socket, &mut self.fanout);
+        if self.options.chaos.is_some() {
+            for (venue, sockets) in self.venues.iter_mut().zip(&mut self.sockets) {
+                for (e, socket) in sockets.iter_mut().enumerate() {
+                    let id = EndpointId(u16::try_from(e).unwrap_or(u16::MAX));
+                    work += udp::release_held(now, venue, id, socket, &mut self.fanout);
+                }
             }
         }
         while let Some(done) = self.fetches.try_next() {
