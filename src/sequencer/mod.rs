@@ -42,6 +42,7 @@
 //! | `Duplicate` | already delivered or already buffered | nothing |
 //! | `Stale` | from an older epoch | nothing |
 //! | `DroppedBufferFull` | beyond the window or the buffer cap; stream latched `ResetRequired` | resync |
+//! | `DroppedBeyondWindow` | the same under [`Overflow::Drop`]: dropped, still missing | request [`MissingRanges::in_window`] |
 //! | `DroppedResetRequired` | the stream is latched; nothing is applied | resync |
 //! | `ResetSuspected` | a backward jump of at least the threshold: a restart without a new epoch; latched | confirm the restart, resync |
 //! | `AwaitingResync` | the stream waits for [`Detector::resynchronize`] ([`Baseline::Resync`]) | keep the frame if needed, resync |
@@ -134,6 +135,22 @@ pub struct StreamConfig {
     /// A frame at least this far behind the last delivered sequence is a suspected restart
     /// rather than a duplicate. 0 disables the check.
     pub reset_threshold: u64,
+    /// What a frame beyond the window or the buffer cap does to the stream.
+    pub overflow: Overflow,
+}
+
+/// What a frame that cannot be held (beyond the reorder window, or over the buffer cap)
+/// does to its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// The stream latches [`StreamState::ResetRequired`]: only a resync (a snapshot, a new
+    /// epoch) brings it back. Right where what was dropped cannot be asked for again.
+    Latch,
+    /// The frame is dropped and counted, and stays missing: the stream goes on recovering
+    /// from `expected`, and the dropped frames are asked for again once the window reaches
+    /// them. Right where a re-request server holds the whole session (a late join from
+    /// the start, say, whose backlog is larger than the window).
+    Drop,
 }
 
 impl StreamConfig {
@@ -145,6 +162,7 @@ impl StreamConfig {
             window,
             max_buffered: window,
             reset_threshold: 0,
+            overflow: Overflow::Latch,
         }
     }
 
@@ -180,6 +198,12 @@ impl StreamConfig {
     /// Sets the backward jump that counts as a suspected restart (0 disables).
     pub const fn with_reset_threshold(mut self, threshold: u64) -> Self {
         self.reset_threshold = threshold;
+        self
+    }
+
+    /// Sets what a frame that cannot be held does to the stream.
+    pub const fn with_overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
         self
     }
 }
@@ -327,6 +351,9 @@ pub enum Disposition {
     /// Beyond the reorder window or the buffer cap: dropped; the stream is now
     /// [`StreamState::ResetRequired`].
     DroppedBufferFull,
+    /// Beyond the reorder window or the buffer cap, on a stream with [`Overflow::Drop`]:
+    /// dropped, and missing until it is asked for again; the stream stays unsynced.
+    DroppedBeyondWindow,
     /// Dropped because the stream is latched in [`StreamState::ResetRequired`].
     DroppedResetRequired,
     /// A backward jump of at least the reset threshold: refused, and the stream latched.

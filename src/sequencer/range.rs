@@ -85,6 +85,14 @@ impl<'a, P> MissingRanges<'a, P> {
         }
     }
 
+    /// Only the ranges inside the reorder window: what could be held if it came now.
+    /// Asking for more is wasted under [`Overflow::Drop`](super::Overflow::Drop), since
+    /// an answer beyond the window is dropped again.
+    pub fn in_window(mut self) -> Self {
+        self.horizon = self.horizon.min(self.window_end);
+        self
+    }
+
     fn next_point(&mut self, ring: &SlotRing<P>) -> Option<SeqRange> {
         if self.cursor < self.window_end {
             self.cursor = ring.next_vacant(self.cursor, self.window_end);

@@ -3,8 +3,8 @@
 use super::range::{MissingRanges, SeqRange};
 use super::ring::SlotRing;
 use super::{
-    Baseline, Delivered, Disposition, Frame, Outcome, Sequencing, StreamConfig, StreamState,
-    StreamStats,
+    Baseline, Delivered, Disposition, Frame, Outcome, Overflow, Sequencing, StreamConfig,
+    StreamState, StreamStats,
 };
 
 /// Counters kept per stream; `StreamStats` adds what is computed on demand.
@@ -491,8 +491,16 @@ impl<P> Stream<P> {
                 self.counters.duplicates += 1;
                 return Outcome::of(Disposition::Duplicate);
             }
-            let new_gap = self.reveal(frame.first, frame.last + 1);
             self.counters.overflows += 1;
+            if self.cfg.overflow == Overflow::Drop {
+                // The frame itself is missing now, as much as what lies before it.
+                let new_gap = self.reveal(frame.last + 1, frame.last + 1);
+                self.settle(backfill);
+                let mut outcome = Outcome::of(Disposition::DroppedBeyondWindow);
+                outcome.new_gap = new_gap;
+                return outcome;
+            }
+            let new_gap = self.reveal(frame.first, frame.last + 1);
             self.state = StreamState::ResetRequired;
             let mut outcome = Outcome::of(Disposition::DroppedBufferFull);
             outcome.new_gap = new_gap;

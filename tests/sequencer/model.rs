@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gapless::sequencer::{
-    Baseline, Delivered, Detector, Disposition, Frame, Sequencing, StreamConfig, StreamId,
-    StreamState,
+    Baseline, Delivered, Detector, Disposition, Frame, Overflow, Sequencing, StreamConfig,
+    StreamId, StreamState,
 };
 use proptest::prelude::*;
 
@@ -135,7 +135,11 @@ impl Oracle {
             if first - self.expected >= self.cfg.window as u64
                 || self.pending.len() >= self.cfg.max_buffered
             {
-                return Disposition::DroppedBufferFull;
+                return if self.cfg.overflow == Overflow::Drop {
+                    Disposition::DroppedBeyondWindow
+                } else {
+                    Disposition::DroppedBufferFull
+                };
             }
             self.pending.insert(first, last);
             return Disposition::Buffered;
@@ -168,6 +172,11 @@ impl Oracle {
         if first - self.expected >= self.cfg.window as u64
             || self.pending.len() >= self.cfg.max_buffered
         {
+            if self.cfg.overflow == Overflow::Drop {
+                // Dropped, and missing like everything else up to the horizon.
+                self.settle(backfill);
+                return Disposition::DroppedBeyondWindow;
+            }
             self.state = StreamState::ResetRequired;
             return Disposition::DroppedBufferFull;
         }
@@ -277,7 +286,7 @@ fn epoch_delta() -> impl Strategy<Value = i8> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let stream = 0usize..3;
+    let stream = 0usize..STREAMS;
     let offset = prop_oneof![20 => -4i64..24, 2 => -80i64..-4, 1 => 24i64..200];
     let len = prop_oneof![4 => Just(0u64), 1 => 0u64..6];
     prop_oneof![
@@ -292,13 +301,19 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn configs() -> [StreamConfig; 3] {
+const STREAMS: usize = 4;
+
+fn configs() -> [StreamConfig; STREAMS] {
     [
         StreamConfig::point(16)
             .with_max_buffered(12)
             .with_reset_threshold(50),
         StreamConfig::point(8).with_baseline(Baseline::Expect(0)),
         StreamConfig::range(32).with_reset_threshold(60),
+        StreamConfig::point(8)
+            .with_max_buffered(6)
+            .with_baseline(Baseline::Expect(0))
+            .with_overflow(Overflow::Drop),
     ]
 }
 
@@ -312,7 +327,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let ids: Vec<StreamId> = cfgs.iter().map(|c| detector.add_stream(*c)).collect();
     let mut oracles: Vec<Oracle> = cfgs.iter().map(|c| Oracle::new(*c)).collect();
     // Last delivered sequence per stream, reset when the stream is re-based.
-    let mut last_seen: Vec<Option<u64>> = vec![None; 3];
+    let mut last_seen: Vec<Option<u64>> = vec![None; STREAMS];
     let mut out: Vec<Delivered<u64>> = Vec::new();
     let mut expect: Vec<(u64, u64)> = Vec::new();
     let mut token = 0u64;

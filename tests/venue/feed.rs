@@ -1267,3 +1267,49 @@ fn sequence_numbers_near_the_top_of_the_range_never_wrap_a_counter() {
     );
     assert!(stats.messages_lost >= stats.gaps_lost, "{stats:?}");
 }
+
+/// Issue 13, case 2: a `from-start` join long after the open, with a re-request server and
+/// no snapshot, whose backlog is many times the reorder window. What the window cannot
+/// hold yet is dropped and counted, not latched: the backlog is asked for a window at a
+/// time while the live feed runs ahead, and every message arrives once and in order.
+#[test]
+fn a_from_start_late_join_beyond_the_window_is_asked_for_a_window_at_a_time() {
+    let mut spec = spec(true, false);
+    spec.start_from = Some(1);
+    let window = spec.window as u64;
+    let mut h = Harness::new(spec);
+    h.answer_limit = 32;
+    // Published before the join: nearly twenty windows.
+    let backlog = 20_000;
+    h.published_to = backlog;
+    let mut next = backlog + 1;
+    for _ in 0..3_000 {
+        let p = h.publish(next, 4);
+        h.datagram(&p, Via::Multicast);
+        next += 4;
+        h.run_for(MS);
+    }
+    h.run_for(100 * MS);
+    let stats = h.feed.stats(0);
+    assert_exactly(&h.delivered(), 1, next - 1);
+    assert!(
+        !h.states().contains(&Published::ResetRequired),
+        "{:?}",
+        h.states()
+    );
+    assert_eq!(h.feed.state(0), StreamState::Synced);
+    assert_eq!(stats.recovery_exhausted, 0);
+    assert!(
+        stats.sequencer.overflows > 0,
+        "the live feed ran beyond the window: {stats:?}"
+    );
+    // Nothing was asked for outside the window: every request but the last few brought
+    // a full answer, so about one request per answer's worth of the backlog and of what
+    // the window dropped.
+    let asked = backlog + stats.sequencer.overflows;
+    assert!(
+        stats.requests <= asked / 32 + 4 * window / 32,
+        "{} requests for {asked} messages: {stats:?}",
+        stats.requests
+    );
+}

@@ -36,7 +36,7 @@ use snapshot::Phase;
 pub use spec::{ChannelSpec, FeedSpec, LineSpec, SnapshotSpec, spec_from_config};
 pub use wire::{SessionKey, Wire};
 
-use crate::sequencer::{Baseline, Detector, SeqRange, StreamConfig, StreamState};
+use crate::sequencer::{Baseline, Detector, Overflow, SeqRange, StreamConfig, StreamState};
 use crate::time::{Mono, Wall};
 use crate::venue::{
     ChannelStats, Emit, Endpoint, EndpointId, FetchId, FetchReply, IoRequest, LostReason, Notice,
@@ -110,7 +110,16 @@ impl UdpVenue {
                 id: spec
                     .stream_base
                     .saturating_add(u16::try_from(index).unwrap_or(u16::MAX)),
-                stream: detector.add_stream(config),
+                // With a snapshot, what the window cannot hold is resynchronised from it;
+                // with only a re-request server, it is asked for once the window reaches
+                // it; with neither, nothing can bring it back.
+                stream: detector.add_stream(config.with_overflow(
+                    if c.rerequest.is_empty() || c.snapshot.is_some() {
+                        Overflow::Latch
+                    } else {
+                        Overflow::Drop
+                    },
+                )),
                 epochs: Epochs::new(c.session, spec.session_confirm, spec.max_datagram),
                 requester: Requester::new(c.rerequest.clone()),
                 phase: Phase::Idle,

@@ -436,7 +436,7 @@ impl Channel {
             self.requester.plan(
                 now_ns,
                 &policy,
-                core.detector.missing(self.stream),
+                core.detector.missing(self.stream).in_window(),
                 |to, range| {
                     let count = range.len().min(u64::from(u16::MAX)) as u16;
                     let (bytes, len) = wire.encode_request(session, range.from, count);
