@@ -23,13 +23,23 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn run_for(
     venues: Vec<AnyVenue>,
     span: Duration,
+    watch: impl FnMut(&RxShared, &mut Consumer) -> bool,
+) -> RxResult {
+    run_shared(venues, RxShared::default(), span, watch)
+}
+
+/// [`run_for`] with the loop's shared state (metrics, say) given.
+fn run_shared(
+    venues: Vec<AnyVenue>,
+    shared: RxShared,
+    span: Duration,
     mut watch: impl FnMut(&RxShared, &mut Consumer) -> bool,
 ) -> RxResult {
     let streams: usize = venues.iter().map(Venue::stream_count).sum();
     let (producer, mut consumer) = publish::channel(16 << 20, streams.max(1));
-    let shared = RxShared::default();
     let options = RxOptions {
         idle: IdleStrategy::Yield,
+        publish_every: Duration::from_millis(50),
         ..RxOptions::default()
     };
     let rx =
@@ -152,6 +162,75 @@ fn a_listener_that_never_answers_is_retried() {
         assert!(t.connect_errors >= 2, "{scheme}: {t:?}");
         assert!(t.open_timeouts >= 2, "{scheme}: {t:?}");
     }
+}
+
+/// A listener whose accept queue is full: the kernel drops every further SYN, so a TCP
+/// connect to it never completes. None if this kernel answers such connects after all.
+struct FullListener {
+    port: u16,
+    _listener: socket2::Socket,
+    _queued: Vec<TcpStream>,
+}
+
+impl FullListener {
+    fn start() -> Option<Self> {
+        use socket2::{Domain, Socket, Type};
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        let any = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        listener.bind(&any.into()).expect("bind");
+        listener.listen(0).expect("listen");
+        let addr = listener
+            .local_addr()
+            .expect("addr")
+            .as_socket()
+            .expect("inet");
+        let mut queued = Vec::new();
+        // Connect until one attempt gets no answer: the queue is full from then on.
+        for _ in 0..8 {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                Ok(s) => queued.push(s),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Some(Self {
+                        port: addr.port(),
+                        _listener: listener,
+                        _queued: queued,
+                    });
+                }
+                Err(e) => panic!("connect to the filling listener: {e}"),
+            }
+        }
+        None
+    }
+}
+
+/// Issue 13, case 4, the first step alone: a TCP connect that gets no answer at all (the
+/// SYN is dropped) is given up at its deadline, counted and tried again later.
+#[test]
+fn a_tcp_connect_with_no_answer_is_given_up_and_retried() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(listener) = FullListener::start() else {
+        eprintln!("skipping: this kernel completes connects to a listener with a full queue");
+        return;
+    };
+    let ws = format!("ws://127.0.0.1:{}", listener.port);
+    let venue = binance(&ws, "http://127.0.0.1:9", &["btcusdt"], |s| {
+        s.connect_timeout_ns = 300_000_000;
+    });
+    let span = Duration::from_secs(4);
+    let result = run_for(vec![venue], span, |_, _| false);
+    let t = transport(&result, 0);
+    eprintln!("{span:?} against a listener that drops every SYN: {t:?}");
+    // 300 ms a try, backoff from 200 ms doubling: four tries fit in 4 s, three at least.
+    assert_eq!(t.connects, 0, "{t:?}");
+    assert!(t.tcp_errors >= 3, "given up and retried: {t:?}");
+    assert_eq!(t.open_timeouts, t.tcp_errors, "each by its deadline: {t:?}");
+    assert_eq!(
+        t.upgrade_errors + t.tls_errors + t.resolve_errors,
+        0,
+        "{t:?}"
+    );
+    // Each try is a fresh connect, not the first one left hanging.
+    assert!(t.connect_errors == t.tcp_errors, "{t:?}");
 }
 
 /// Issue 13, case 5: a server that completes the handshake and drops at once must not be
@@ -288,12 +367,15 @@ fn rerun_in_netns(test: &str) -> bool {
     true
 }
 
-/// Issue 13, case 3: a Binance venue whose host names resolve through a name server that
-/// never answers must not stall the loop: the MoldUDP64 stream beside it stays exact, and
-/// the loop's liveness stamp keeps moving.
+/// Issue 13, case 3 and its done-when: Binance venues that cannot get anywhere must not
+/// stall the loop. One resolves its host names through a name server that never answers;
+/// one connects to a listener that accepts and never answers (WebSocket and REST alike);
+/// one streams from a live server but resolves its REST host through the silent name
+/// server. The MoldUDP64 stream beside them stays synced and exact, the loop's liveness
+/// stamp keeps moving, and each venue reports its failure.
 #[test]
-fn a_resolver_that_never_answers_stalls_nothing() {
-    const TEST: &str = "drive::live::tests::failures::a_resolver_that_never_answers_stalls_nothing";
+fn blackhole_names_and_listeners_stall_nothing() {
+    const TEST: &str = "drive::live::tests::failures::blackhole_names_and_listeners_stall_nothing";
     if std::env::var_os(IN_NETNS).is_none() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         rerun_in_netns(TEST);
@@ -301,6 +383,13 @@ fn a_resolver_that_never_answers_stalls_nothing() {
     }
     // The name server: takes every query, answers none.
     let _dns = UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53 in the namespace");
+    let silent = SilentListener::start();
+    let live = BinanceSim::start(BinanceSimConfig::generated(
+        &["ethusdt"],
+        BookStyle::Spot,
+        50.0,
+    ))
+    .expect("binance simulator");
     let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 61, 31), 46131);
     let count = 24_000u64;
     let mut cfg = crate::sim::MoldSimConfig::new(group);
@@ -321,37 +410,80 @@ fn a_resolver_that_never_answers_stalls_nothing() {
     let mut spec = crate::venue::FeedSpec::new(crate::venue::Wire::MoldUdp64, vec![channel]);
     spec.start_from = Some(1);
     let mold: AnyVenue = crate::venue::UdpVenue::new("mold", spec).into();
-    let bin = binance(
+    let unresolved = binance(
         "ws://stream.blackhole.test:9443",
         "http://api.blackhole.test",
         &["btcusdt"],
         |_| {},
     );
+    let at_silent = format!("127.0.0.1:{}", silent.port);
+    let unanswered = binance(
+        &format!("ws://{at_silent}"),
+        &format!("http://{at_silent}"),
+        &["btcusdt"],
+        |s| s.upgrade_timeout_ns = 1_000_000_000,
+    );
+    let rest_unresolved = binance(
+        &live.ws_base(),
+        "http://api.blackhole.test",
+        &["ethusdt"],
+        |s| s.snapshot_timeout_ns = 2_000_000_000,
+    );
+    let registry = Arc::new(crate::metrics::Registry::new());
+    let metrics: Vec<_> = ["unresolved", "unanswered", "rest_unresolved"]
+        .iter()
+        .map(|name| registry.add_venue(name))
+        .collect();
+    let shared = RxShared {
+        metrics: Some(Arc::clone(&registry)),
+        venue_metrics: std::iter::once(None)
+            .chain(metrics.iter().cloned().map(Some))
+            .collect(),
+        ..RxShared::default()
+    };
+    use crate::metrics::VenueSeries as S;
+    let reported = |m: &crate::metrics::VenueMetrics, series: S| m.get(series) >= 1;
+    let all_reported = || {
+        reported(&metrics[0], S::ResolveErrors)
+            && reported(&metrics[1], S::UpgradeErrors)
+            && reported(&metrics[2], S::Frames)
+            && reported(&metrics[2], S::SnapshotErrors)
+    };
     let mut seen = Seen::default();
     let mut worst = Duration::ZERO;
     let mut last_alive = (0u64, Instant::now());
-    let result = run_for(vec![mold, bin], Duration::from_secs(20), |shared, c| {
+    let venues = vec![mold, unresolved, unanswered, rest_unresolved];
+    let result = run_shared(venues, shared, Duration::from_secs(30), |shared, c| {
         drain_mold(c, &mut seen, 0);
         let alive = shared.alive_ns.load(Ordering::Relaxed);
         if alive != last_alive.0 {
             last_alive = (alive, Instant::now());
         }
         worst = worst.max(last_alive.1.elapsed());
-        seen.closed
+        seen.closed && all_reported()
     });
-    let t = transport(&result, 1);
+    let t: Vec<TransportStats> = (1..=3).map(|v| transport(&result, v)).collect();
     eprintln!(
-        "{} of {count} messages; longest the loop stamp stood still: {worst:?}; {t:?}",
-        seen.seqs.len()
+        "{} of {count} messages; longest the loop stamp stood still: {worst:?}; \
+         {} connections accepted by the silent listener; {t:#?}",
+        seen.seqs.len(),
+        silent.accepted()
     );
     let want: Vec<u64> = (1..=count).collect();
     assert!(seen.closed, "the MoldUDP64 session ran to its end");
     assert!(seen.seqs == want, "exact: {} messages", seen.seqs.len());
     assert!(worst < Duration::from_millis(500), "loop stalled {worst:?}");
+    assert!(t[0].resolve_errors >= 1, "the lookups failed: {:?}", t[0]);
     assert!(
-        t.connect_errors >= 1,
-        "the lookups failed and were reported: {t:?}"
+        t[1].upgrade_errors >= 1,
+        "the upgrade timed out: {:?}",
+        t[1]
     );
+    assert!(t[1].open_timeouts >= 1, "by its deadline: {:?}", t[1]);
+    assert!(silent.accepted() >= 1, "it did connect");
+    assert!(t[2].connects >= 1, "the live one streams: {:?}", t[2]);
+    assert!(t[2].snapshot_errors >= 1, "its snapshots fail: {:?}", t[2]);
+    assert!(all_reported(), "every failure reached the metrics");
 }
 
 /// Issue 13, case 7: refused connections and failed snapshots are counted, and the
