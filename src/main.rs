@@ -468,12 +468,6 @@ fn run_binance_replay(args: &ReplayArgs) -> ExitCode {
     }
     let market = args.market.market();
     let path = &args.file;
-    if path.as_os_str() == "-" {
-        eprintln!(
-            "error: a Binance replay reads its file twice (to count the snapshots first), so it cannot read standard input"
-        );
-        return ExitCode::from(2);
-    }
     let result = match &args.jsonl {
         None => gapless::drive::replay::binance::replay_binance(path, market, &symbols, None),
         Some(p) if p.as_os_str() == "-" => {

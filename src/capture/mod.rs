@@ -39,5 +39,7 @@ mod testutil;
 pub use error::CaptureError;
 pub use link::{Datagram, LinkType, Skip, Stats, udp_datagram};
 pub use reader::{CaptureFormat, CaptureReader, MAX_RECORD_LEN, Record};
-pub use source::{Compression, MAX_BUFFER, ZSTD_WINDOW_LOG_MAX, open_decompressed};
+pub use source::{
+    Compression, MAX_BUFFER, ZSTD_WINDOW_LOG_MAX, open_decompressed, stdin_decompressed,
+};
 pub use writer::{MAX_UDP_PAYLOAD, PcapWriter, RotatingPcapWriter};

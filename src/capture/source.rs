@@ -42,6 +42,20 @@ pub fn open_decompressed(path: &std::path::Path) -> Result<impl Read + Send + us
     Ok(Decompressed(Input::new(path.to_path_buf(), file, None)?))
 }
 
+/// Standard input, decompressed when it is gzip or zstd (told by its first bytes): for
+/// line-based captures that are not pcap, piped in.
+///
+/// # Errors
+///
+/// As [`open_decompressed`].
+pub fn stdin_decompressed() -> Result<impl Read + Send + use<>, CaptureError> {
+    Ok(Decompressed(Input::new(
+        PathBuf::from("-"),
+        io::stdin(),
+        None,
+    )?))
+}
+
 /// An [`Input`] as a reader.
 struct Decompressed(Input);
 

@@ -26,9 +26,12 @@
 //! silence or age (a capture cannot reconnect). The same file always gives the same JSON
 //! lines.
 //!
-//! The file is read twice, a line at a time: once to check every line and count each
-//! symbol's snapshots, once to replay. Memory does not grow with the file; standard input,
-//! which cannot be read twice, is not accepted.
+//! A file is read twice, a line at a time: once to check every line and count each
+//! symbol's snapshots, once to replay. Standard input (`-`) is read once: each line is
+//! checked as it comes (a malformed line ends the replay with an error after what came
+//! before it was replayed), and a snapshot request with no record read yet waits for one
+//! until the request's own deadline on the capture's clock, as a live fetch would. Memory
+//! does not grow with the input either way.
 
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -37,7 +40,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use super::{Pacing, Record, Source};
-use crate::capture::open_decompressed;
+use crate::capture::{open_decompressed, stdin_decompressed};
 use crate::publish::Event;
 use crate::publish::jsonl::{JsonlFormatter, StreamNames};
 use crate::sequencer::StreamState;
@@ -168,7 +171,8 @@ impl Emit for Sink<'_> {
 
 /// Replays the Binance capture at `path` for `symbols` (any case) of `market`, writing the
 /// consumer stream as JSON lines (venue `binance`, stream = lowercase symbol) to `jsonl` when
-/// given. Every line is checked before anything is replayed.
+/// given. `path` `-` reads standard input. Every line of a file is checked before anything
+/// is replayed; standard input is checked as it is read.
 ///
 /// # Errors
 ///
@@ -180,18 +184,24 @@ pub fn replay_binance(
     symbols: &[&str],
     jsonl: Option<&mut dyn Write>,
 ) -> Result<BinanceReplaySummary, ReplayBinanceError> {
-    // First pass: every line checked, each symbol's snapshots counted.
-    let mut lines = Lines::open(path)?;
-    let mut counts: Vec<(String, u64)> = Vec::new();
-    while let Some(number) = lines.next()? {
-        if let Record::Snapshot { stream, .. } = parse_line(number, &lines.line)? {
-            let name = String::from_utf8_lossy(stream).to_ascii_lowercase();
-            match counts.iter_mut().find(|(s, _)| *s == name) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((name, 1)),
+    let piped = path.as_os_str() == "-";
+    // First pass (a file): every line checked, each symbol's snapshots counted.
+    let counts = if piped {
+        None
+    } else {
+        let mut lines = Lines::open(path)?;
+        let mut counts: Vec<(String, u64)> = Vec::new();
+        while let Some(number) = lines.next()? {
+            if let Record::Snapshot { stream, .. } = parse_line(number, &lines.line)? {
+                let name = String::from_utf8_lossy(stream).to_ascii_lowercase();
+                match counts.iter_mut().find(|(s, _)| *s == name) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((name, 1)),
+                }
             }
         }
-    }
+        Some(counts)
+    };
     let lower: Vec<String> = symbols.iter().map(|s| s.to_ascii_lowercase()).collect();
     let mut spec = BinanceSpec::new(market, lower.clone());
     // A capture cannot reconnect: no rotation for silence or age.
@@ -204,7 +214,11 @@ pub fn replay_binance(
     }
     let mut sink = Sink(JsonlFormatter::new(), names, jsonl, None);
     let mut source = TextSource {
-        lines: Lines::open(path)?,
+        lines: if piped {
+            Lines::stdin()?
+        } else {
+            Lines::open(path)?
+        },
         counts,
     };
     let mut venues = [venue];
@@ -258,12 +272,23 @@ impl Lines {
         let name = path.display().to_string();
         let reader = open_decompressed(path)
             .map_err(|e| ReplayBinanceError::Read(name.clone(), io::Error::other(e)))?;
-        Ok(Self {
-            reader: BufReader::with_capacity(1 << 16, Box::new(reader)),
-            path: name,
+        Ok(Self::over(name, Box::new(reader)))
+    }
+
+    fn stdin() -> Result<Self, ReplayBinanceError> {
+        let name = "standard input".to_string();
+        let reader = stdin_decompressed()
+            .map_err(|e| ReplayBinanceError::Read(name.clone(), io::Error::other(e)))?;
+        Ok(Self::over(name, Box::new(reader)))
+    }
+
+    fn over(path: String, reader: Box<dyn Read + Send>) -> Self {
+        Self {
+            reader: BufReader::with_capacity(1 << 16, reader),
+            path,
             line: Vec::new(),
             number: 0,
-        })
+        }
     }
 
     /// Reads the next line that is not blank into `line`; its number, or `None` at the end.
@@ -300,7 +325,7 @@ impl Lines {
 /// The records of a capture, read a line at a time.
 struct TextSource {
     lines: Lines,
-    counts: Vec<(String, u64)>,
+    counts: Option<Vec<(String, u64)>>,
 }
 
 impl Source for TextSource {
@@ -314,7 +339,7 @@ impl Source for TextSource {
         }
     }
 
-    fn snapshot_counts(&self) -> Vec<(String, u64)> {
+    fn snapshot_counts(&self) -> Option<Vec<(String, u64)>> {
         self.counts.clone()
     }
 }

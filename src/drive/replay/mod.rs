@@ -92,19 +92,24 @@ pub trait Source {
     fn next_record(&mut self) -> Option<Result<Record<'_>, Self::Error>>;
 
     /// How many snapshot records the capture holds for each stream (lowercase names),
-    /// known before it is read.
-    fn snapshot_counts(&self) -> Vec<(String, u64)> {
-        Vec::new()
+    /// known before it is read; `None` when they cannot be known beforehand (a stream
+    /// read once): a snapshot request then waits for a record until its own deadline.
+    fn snapshot_counts(&self) -> Option<Vec<(String, u64)>> {
+        Some(Vec::new())
     }
 }
 
-/// Snapshot records not read yet, by lowercase stream name.
+/// Snapshot records not read yet, by lowercase stream name; `None`: not known, as many
+/// as may come.
 #[derive(Debug, Default)]
-struct Left(Vec<(String, u64)>);
+struct Left(Option<Vec<(String, u64)>>);
 
 impl Left {
     fn of(&self, stream: &str) -> u64 {
-        self.0
+        let Some(counts) = &self.0 else {
+            return u64::MAX;
+        };
+        counts
             .iter()
             .find(|(s, _)| s.eq_ignore_ascii_case(stream))
             .map_or(0, |(_, n)| *n)
@@ -114,6 +119,7 @@ impl Left {
         if let Some((_, n)) = self
             .0
             .iter_mut()
+            .flatten()
             .find(|(s, _)| s.as_bytes().eq_ignore_ascii_case(stream))
         {
             *n = n.saturating_sub(1);
