@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use ureq::Agent;
-use ureq::tls::{PemItem, RootCerts, TlsConfig, TlsProvider};
+use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 
 use super::tls::{Endpoint, Scheme, TlsError};
 
@@ -22,9 +22,6 @@ pub const MAX_BODY: usize = 16 << 20;
 
 /// Redirects followed at most.
 pub const MAX_REDIRECTS: u32 = 5;
-
-/// Where a system CA bundle is looked for when `SSL_CERT_FILE` is not set.
-const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Errors of [`HttpClient::get`] and of the snapshot fetcher.
 #[derive(Debug, thiserror::Error)]
@@ -110,15 +107,11 @@ pub struct HttpClient {
     base: String,
 }
 
-/// The system's CA certificates, if a bundle is found and holds any.
-fn system_roots() -> Option<RootCerts> {
-    let path = std::env::var_os("SSL_CERT_FILE").unwrap_or_else(|| SYSTEM_BUNDLE.into());
-    let pem = std::fs::read(path).ok()?;
-    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-        .filter_map(|item| match item {
-            Ok(PemItem::Certificate(c)) => Some(c.to_owned()),
-            _ => None,
-        })
+/// The CAs of the bundle at `path` as roots, if it holds any.
+fn bundle_roots(path: &std::path::Path) -> Option<RootCerts> {
+    let certs: Vec<_> = crate::io::tls::bundle_certificates(path)
+        .iter()
+        .map(|der| ureq::tls::Certificate::from_der(der).to_owned())
         .collect();
     (!certs.is_empty()).then(|| RootCerts::new_with_certs(&certs))
 }
@@ -131,19 +124,21 @@ impl HttpClient {
     ///
     /// The base URL is not a usable `http(s)://` URL.
     pub fn new(url_base: &str, timeout: Duration) -> Result<Self, HttpError> {
-        Self::build(url_base, timeout, ureq::Proxy::try_from_env())
+        let bundle = crate::io::tls::trusted_bundle();
+        Self::build(url_base, timeout, ureq::Proxy::try_from_env(), &bundle)
     }
 
     fn build(
         url_base: &str,
         timeout: Duration,
         proxy: Option<ureq::Proxy>,
+        bundle: &std::path::Path,
     ) -> Result<Self, HttpError> {
         let endpoint = Endpoint::parse(url_base)?;
         if !matches!(endpoint.scheme, Scheme::Http | Scheme::Https) {
             return Err(HttpError::NotHttp(url_base.to_owned()));
         }
-        let roots = system_roots().unwrap_or(RootCerts::WebPki);
+        let roots = bundle_roots(bundle).unwrap_or(RootCerts::WebPki);
         let tls = TlsConfig::builder()
             .provider(TlsProvider::Rustls)
             .root_certs(roots)
@@ -172,7 +167,23 @@ impl HttpClient {
     /// The base URL or the proxy URL is unusable.
     #[cfg(test)]
     pub fn with_proxy(url_base: &str, timeout: Duration, proxy: &str) -> Result<Self, HttpError> {
-        Self::build(url_base, timeout, Some(ureq::Proxy::new(proxy)?))
+        let bundle = crate::io::tls::trusted_bundle();
+        Self::build(url_base, timeout, Some(ureq::Proxy::new(proxy)?), &bundle)
+    }
+
+    /// The same, trusting only the CAs of the PEM bundle at `bundle` (Mozilla's roots
+    /// if it holds none), with no proxy.
+    ///
+    /// # Errors
+    ///
+    /// The base URL is unusable.
+    #[cfg(test)]
+    pub fn with_bundle(
+        url_base: &str,
+        timeout: Duration,
+        bundle: &std::path::Path,
+    ) -> Result<Self, HttpError> {
+        Self::build(url_base, timeout, None, bundle)
     }
 
     /// GETs `path_and_query` below the base URL.

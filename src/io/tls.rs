@@ -159,14 +159,48 @@ impl Endpoint {
     }
 }
 
-/// The process-wide client configuration: ring provider, Mozilla's roots
-/// (webpki-roots), TLS 1.2 and 1.3, no client certificate.
+/// Where the system's CA bundle is looked for when `SSL_CERT_FILE` is not set (Debian's
+/// `ca-certificates`, where `update-ca-certificates` adds a private CA).
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The CA certificates (DER) of the PEM bundle at `path`; empty if it cannot be read or
+/// holds none.
+pub fn bundle_certificates(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let Ok(pem) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c.der().to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The bundle servers are verified against: `SSL_CERT_FILE` if set, else the system's.
+pub fn trusted_bundle() -> std::path::PathBuf {
+    std::env::var_os("SSL_CERT_FILE").map_or_else(|| SYSTEM_BUNDLE.into(), Into::into)
+}
+
+/// The process-wide client configuration: ring provider, TLS 1.2 and 1.3, no client
+/// certificate, and as roots the CAs of [`trusted_bundle`] (so a private CA added to
+/// it is trusted, for WebSocket and REST alike), or Mozilla's (webpki-roots) where
+/// that bundle is missing or empty.
 pub fn client_config() -> Result<Arc<ClientConfig>, TlsError> {
     static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     if let Some(config) = CONFIG.get() {
         return Ok(Arc::clone(config));
     }
-    let roots: RootCertStore = webpki_roots::TLS_SERVER_ROOTS.iter().cloned().collect();
+    let mut roots = RootCertStore::empty();
+    // A certificate rustls cannot use is left out; the rest of the bundle still counts.
+    let (_added, _unusable) = roots.add_parsable_certificates(
+        bundle_certificates(&trusted_bundle())
+            .into_iter()
+            .map(rustls::pki_types::CertificateDer::from),
+    );
+    if roots.is_empty() {
+        roots = webpki_roots::TLS_SERVER_ROOTS.iter().cloned().collect();
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?

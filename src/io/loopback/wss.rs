@@ -163,3 +163,85 @@ fn wss_client_verifies_the_server_and_receives_frames() {
     assert_eq!(frames.len(), 3, "three frames over TLS: {frames:?}");
     assert!(frames[0].contains("depthUpdate"));
 }
+
+/// A REST server behind a private CA: trusted once that CA is in the bundle the client
+/// reads (`SSL_CERT_FILE`, or the system bundle `update-ca-certificates` writes), refused
+/// with a reason that names the certificate otherwise.
+#[test]
+fn rest_over_tls_trusts_a_private_ca_from_the_bundle() {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("gapless-rest-ca-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some((_, cert, key)) = make_certificates(&dir) else {
+        eprintln!("skipping: openssl is not available to make a test certificate");
+        return;
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .unwrap();
+    let server_config = Arc::new(server_config);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let Ok((tcp, _)) = listener.accept() else {
+                return;
+            };
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let tls = rustls::ServerConnection::new(Arc::clone(&server_config)).unwrap();
+            let mut stream = rustls::StreamOwned::new(tls, tcp);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            // The refused client ends the handshake: the read fails, the next comes.
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            if head.ends_with(b"\r\n\r\n") {
+                let body = br#"{"lastUpdateId":7,"bids":[],"asks":[]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).unwrap();
+                stream.write_all(body).unwrap();
+                stream.flush().unwrap();
+                stream.conn.send_close_notify();
+                let _ = stream.flush();
+            }
+        }
+    });
+    let base = format!("https://127.0.0.1:{port}");
+    let timeout = Duration::from_secs(5);
+    // Mozilla's roots alone do not know the private CA.
+    let stranger =
+        crate::io::http::HttpClient::with_bundle(&base, timeout, &dir.join("none.pem")).unwrap();
+    let refused = stranger.get("/api/v3/depth?symbol=BTCUSDT&limit=5");
+    let reason = refused
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(refused.is_err(), "an unknown CA is refused");
+    assert!(reason.to_lowercase().contains("certificate"), "{reason}");
+    let trusting =
+        crate::io::http::HttpClient::with_bundle(&base, timeout, &dir.join("ca.pem")).unwrap();
+    let answer = trusting
+        .get("/api/v3/depth?symbol=BTCUSDT&limit=5")
+        .expect("trusted through the bundle");
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.body.starts_with(b"{\"lastUpdateId\":7"),
+        "{:?}",
+        answer.body
+    );
+}
