@@ -993,9 +993,9 @@ impl RangeConsumer {
                 } else if let Some(prev) = self.last {
                     match market {
                         // Continuous, and bringing ids beyond what was applied. An event
-                        // that overlaps the last one (`U <= prev u`) is delivered whole:
-                        // depth levels are absolute quantities, so applying it again is
-                        // harmless, but its ids below `prev u + 1` reach consumers twice.
+                        // that overlaps the last one (`U <= prev u`) is delivered whole, as
+                        // the consumer contract says: depth levels are absolute quantities,
+                        // so applying it whole is right.
                         Market::Spot => assert!(
                             first <= prev.saturating_add(1) && last > prev,
                             "delta {first}..={last} does not continue {prev}"
