@@ -1291,6 +1291,12 @@ fn a_from_start_late_join_beyond_the_window_is_asked_for_a_window_at_a_time() {
     }
     h.run_for(100 * MS);
     let stats = h.feed.stats(0);
+    eprintln!(
+        "{} delivered; {} requests, {} dropped beyond the window",
+        h.delivered().len(),
+        stats.requests,
+        stats.sequencer.overflows
+    );
     assert_exactly(&h.delivered(), 1, next - 1);
     assert!(
         !h.states().contains(&Published::ResetRequired),
