@@ -92,6 +92,23 @@ fn make_certificates(dir: &Path) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
     ))
 }
 
+/// A TLS server configuration presenting `cert` (DER) with its PKCS#8 `key`.
+fn server_config(
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+) -> rustls::ServerConfig {
+    rustls::ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .unwrap()
+}
+
 #[test]
 fn wss_client_verifies_the_server_and_receives_frames() {
     let dir = std::env::temp_dir().join(format!("gapless-wss-{}", std::process::id()));
@@ -102,15 +119,7 @@ fn wss_client_verifies_the_server_and_receives_frames() {
         return;
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server_config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(cert)],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
-        )
-        .unwrap();
+    let server_config = server_config(&provider, cert, key);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
@@ -178,16 +187,7 @@ fn rest_over_tls_trusts_a_private_ca_from_the_bundle() {
         return;
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server_config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(cert)],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
-        )
-        .unwrap();
-    let server_config = Arc::new(server_config);
+    let server_config = Arc::new(server_config(&provider, cert, key));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
