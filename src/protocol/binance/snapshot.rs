@@ -72,6 +72,12 @@ pub enum SnapshotError {
 /// assert_eq!(snapshot.event_time, None);
 /// ```
 pub fn parse_snapshot(bytes: &[u8]) -> Result<DepthSnapshot, SnapshotError> {
+    // serde's derived struct reader also takes the sequence form (`[0,[],[]]`): a snapshot
+    // is an object, nothing else.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        let err = <serde_json::Error as serde::de::Error>::custom("a snapshot is a JSON object");
+        return Err(SnapshotError::Malformed(err));
+    }
     serde_json::from_slice(bytes).map_err(|err| match parse_api_error(bytes) {
         Ok(api) => SnapshotError::Rejected(api),
         Err(_) => SnapshotError::Malformed(err),
