@@ -180,6 +180,7 @@ fn wss_client_verifies_the_server_and_receives_frames() {
 fn rest_over_tls_trusts_a_private_ca_from_the_bundle() {
     use std::io::{Read, Write};
     let dir = std::env::temp_dir().join(format!("gapless-rest-ca-{}", std::process::id()));
+    // A temporary folder; one left behind holds only test certificates.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let Some((_, cert, key)) = make_certificates(&dir) else {
@@ -214,6 +215,7 @@ fn rest_over_tls_trusts_a_private_ca_from_the_bundle() {
                 stream.write_all(body).unwrap();
                 stream.flush().unwrap();
                 stream.conn.send_close_notify();
+                // The answer was flushed already; a client gone before the close notify loses nothing.
                 let _ = stream.flush();
             }
         }
@@ -237,6 +239,7 @@ fn rest_over_tls_trusts_a_private_ca_from_the_bundle() {
         .get("/api/v3/depth?symbol=BTCUSDT&limit=5")
         .expect("trusted through the bundle");
     server.join().unwrap();
+    // A temporary folder; one left behind holds only test certificates.
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(answer.status, 200);
     assert!(
