@@ -141,6 +141,10 @@ pub struct SymbolStats {
     /// Times the symbol lost sync after a snapshot was applied (a break, a disconnect that
     /// could not be bridged).
     pub resyncs: u64,
+    /// Events of one connection dropped for running ahead of the delivered chain while
+    /// another connection that carries the symbol had not yet delivered what lies between
+    /// (that connection's copies are delivered instead).
+    pub ahead: u64,
     /// Times the symbol carried on across a lost connection: the next connection's first
     /// event linked to the last one delivered, by the market's rule.
     pub relinked: u64,

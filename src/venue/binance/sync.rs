@@ -75,6 +75,11 @@ pub(crate) struct Book {
     recent: [u64; RECENT],
     recent_len: usize,
     recent_next: usize,
+    /// The ids of the latest delivery.
+    head: Option<Ids>,
+    /// Per connection slot, the final id of its latest event dropped for running ahead of
+    /// the delivered chain (0: none): the slot has linked once that event is delivered.
+    ahead: [u64; 8],
     pub(crate) stats: SymbolStats,
 }
 
@@ -96,6 +101,8 @@ impl Book {
             recent: [0; RECENT],
             recent_len: 0,
             recent_next: 0,
+            head: None,
+            ahead: [0; 8],
             stats: SymbolStats::default(),
         }
     }
@@ -115,6 +122,9 @@ impl Book {
     /// Connection slot `link` is gone: what it proved no longer counts.
     pub(crate) fn link_down(&mut self, link: usize) {
         self.linked &= !bit(link);
+        if let Some(slot) = self.ahead.get_mut(link.min(7)) {
+            *slot = 0;
+        }
     }
 
     /// Every connection is gone. With `hold`, a live symbol keeps its state and waits for
@@ -149,7 +159,21 @@ impl Book {
         }
     }
 
-    fn remember(&mut self, last: u64) {
+    fn remember(&mut self, first: u64, last: u64) {
+        self.head = Some(Ids {
+            first,
+            last,
+            prev: None,
+        });
+        for (k, ahead) in self.ahead.iter_mut().enumerate() {
+            if *ahead == 0 || *ahead > last {
+                continue;
+            }
+            if *ahead == last {
+                self.linked |= bit(k);
+            }
+            *ahead = 0;
+        }
         if let Some(slot) = self.recent.get_mut(self.recent_next) {
             *slot = last;
         }
@@ -263,6 +287,19 @@ impl Book {
         bytes: &[u8],
         emit: &mut impl Emit,
     ) {
+        if let Some(head) = self.head
+            && self.linked & !bit(link) != 0
+            && rules::link(head, ids) == Link::Break
+        {
+            // Another connection carries this symbol and has not delivered what lies
+            // between: it is on its way there. This copy is dropped; that one is delivered.
+            self.stats.ahead += 1;
+            self.linked &= !bit(link);
+            if let Some(slot) = self.ahead.get_mut(link.min(7)) {
+                *slot = ids.last;
+            }
+            return;
+        }
         let frame = rules::frame(ids, Slot::Current);
         let outcome = seq
             .detector
@@ -336,7 +373,7 @@ impl Book {
                     recv_ns,
                     payload,
                 });
-                self.remember(d.last);
+                self.remember(d.first, d.last);
                 self.stats.applied += 1;
                 self.idle_run = 0;
             }
@@ -356,6 +393,8 @@ impl Book {
         self.relinking = false;
         self.linked = 0;
         self.recent_len = 0;
+        self.head = None;
+        self.ahead = [0; 8];
         self.publish(StreamState::ResetRequired, emit);
     }
 

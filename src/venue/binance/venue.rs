@@ -112,6 +112,9 @@ pub struct BinanceVenue {
     io: VecDeque<IoRequest>,
     notices: Notices,
     stats: TransportStats,
+    /// A frame arrived while a rotation is under way: whether it can end is looked at in
+    /// the next timeout call (once a loop cycle, not once a frame).
+    rotation_check: Option<Mono>,
 }
 
 impl BinanceVenue {
@@ -164,6 +167,7 @@ impl BinanceVenue {
             io: VecDeque::with_capacity(8),
             notices: Notices::new(NOTICES),
             stats: TransportStats::default(),
+            rotation_check: None,
         })
     }
 
@@ -379,6 +383,15 @@ impl BinanceVenue {
     /// session until every symbol has linked on it); at once on silence, since a silent
     /// connection carries nothing to overlap with.
     fn rotate(&mut self, k: usize, reason: ReconnectReason, now: Mono, emit: &mut impl Emit) {
+        let free = self
+            .lines
+            .iter()
+            .position(|l| l.link == Link::Down && !l.permanent);
+        if free.is_none() && reason != ReconnectReason::Silence {
+            // Every spare slot is taken by a rotation under way: this one starts once that
+            // one ends (by its own deadline at the latest).
+            return;
+        }
         self.stats.rotations += 1;
         let why = match reason {
             ReconnectReason::ServerShutdown => "server shutdown notice",
@@ -387,10 +400,6 @@ impl BinanceVenue {
         };
         let conn = self.lines.get(k).map_or(ConnId(0), |l| l.conn);
         self.notices.push(Notice::Reconnecting { conn, why });
-        let free = self
-            .lines
-            .iter()
-            .position(|l| l.link == Link::Down && !l.permanent);
         match (reason, free) {
             (ReconnectReason::ServerShutdown | ReconnectReason::MaxAge, Some(j)) => {
                 self.stats.overlapped_rotations += 1;
@@ -487,6 +496,9 @@ impl Venue for BinanceVenue {
         self.opened(k, now);
         self.session
             .on_link_text(k, now.as_nanos(), recv.as_nanos(), frame, emit);
+        if self.rotation_check.is_none() && self.lines.iter().any(|l| l.retiring.is_some()) {
+            self.rotation_check = Some(now);
+        }
     }
 
     fn handle_connection<E: Emit>(
@@ -581,6 +593,7 @@ impl Venue for BinanceVenue {
                 self.rotate(k, reason, now, emit);
             }
         }
+        self.rotation_check = None;
         self.finish_rotations(now, emit);
         if self
             .session
@@ -599,7 +612,7 @@ impl Venue for BinanceVenue {
             Link::Down => None,
             _ => l.retiring.map(|(_, t)| t),
         });
-        lines.chain(session).min()
+        lines.chain(session).chain(self.rotation_check).min()
     }
 
     fn poll_io(&mut self) -> Option<IoRequest> {

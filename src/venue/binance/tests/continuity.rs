@@ -417,3 +417,32 @@ fn two_permanent_connections_ride_out_a_drop_on_either() {
     check_consumer(&sink.got, false).unwrap();
     assert!(matches!(sink.got.last(), Some(Got::Range { .. })));
 }
+
+#[test]
+fn a_connection_running_ahead_waits_for_the_other_to_deliver_what_lies_between() {
+    let (mut s, mut sink) = live_spot(|_| {});
+    s.on_link_up(1, 5 * S);
+    let f = |first, last| depth_frame("btcusdt", first, last, None);
+    // Slot 1 links with a copy of the latest delivery.
+    s.on_link_text(1, 5 * S, 5 * S, &f(102, 105), &mut sink);
+    assert_eq!(s.unlinked_symbols(1), 1, "btcusdt linked; ethusdt not yet");
+    // Slot 1 is ahead: 106..=107 has reached slot 0 only later.
+    s.on_link_text(1, 6 * S, 6 * S, &f(108, 109), &mut sink);
+    assert_eq!(s.stats(0).ahead, 1);
+    assert_eq!(
+        s.unlinked_symbols(1),
+        2,
+        "ethusdt never showed on it; btcusdt is ahead"
+    );
+    s.on_link_text(0, 6 * S, 6 * S, &f(106, 107), &mut sink);
+    s.on_link_text(0, 6 * S, 6 * S, &f(108, 109), &mut sink);
+    assert_eq!(
+        s.unlinked_symbols(1),
+        1,
+        "btcusdt linked once 108..=109 was delivered"
+    );
+    s.on_link_text(1, 7 * S, 7 * S, &f(110, 110), &mut sink);
+    assert_eq!(sink.states(0, Published::ResetRequired), 0);
+    assert_eq!(s.stats(0).applied, 5);
+    check_consumer(&sink.got, false).unwrap();
+}
