@@ -42,7 +42,8 @@ pub(super) fn binance(
                    update_speed, weight_budget_per_min, silence_timeout_ms, ws_max_age_secs, \
                    resolve_timeout_ms, connect_timeout_ms, tls_timeout_ms, upgrade_timeout_ms, \
                    ping_interval_ms, healthy_after_secs, connect_budget, \
-                   connect_budget_window_secs";
+                   connect_budget_window_secs, connections, relink_timeout_ms, \
+                   rotate_timeout_ms";
     let owner = "moldudp64 and iex-tp venues";
     report.foreign_keys(
         &raw.multicast_keys(),
@@ -191,6 +192,26 @@ fn link(
             .int(f, &path.key("connect_budget_window_secs"), 60..=3_600)
             .map(Duration::from_secs),
     };
+    let connections = report.int_or(
+        &raw.connections,
+        &path.key("connections"),
+        1..=4,
+        d.connections,
+    );
+    let relink_timeout = millis(
+        &raw.relink_timeout_ms,
+        &path.key("relink_timeout_ms"),
+        0..=600_000,
+        d.relink_timeout,
+        report,
+    );
+    let rotate_timeout = millis(
+        &raw.rotate_timeout_ms,
+        &path.key("rotate_timeout_ms"),
+        100..=600_000,
+        d.rotate_timeout,
+        report,
+    );
     Some(BinanceLink {
         resolve_timeout: resolve_timeout?,
         connect_timeout: connect_timeout?,
@@ -200,6 +221,9 @@ fn link(
         healthy_after: healthy_after?,
         connect_budget: connect_budget?,
         connect_budget_window: connect_budget_window?,
+        connections: connections?,
+        relink_timeout: relink_timeout?,
+        rotate_timeout: rotate_timeout?,
     })
 }
 
@@ -331,23 +355,21 @@ fn update_speed(
     let Some(field) = &raw.update_speed else {
         return Some(UpdateSpeed::Ms100);
     };
-    let allowed: &[&str] = if market.is_futures() {
-        UpdateSpeed::KEYWORDS
-    } else {
-        UpdateSpeed::KEYWORDS.get(1..).unwrap_or_default()
-    };
-    let speed = UpdateSpeed::from_keyword(field.get_ref())
-        .filter(|s| market.is_futures() || *s != UpdateSpeed::Realtime);
+    let offered = UpdateSpeed::offered(market);
+    let speed = UpdateSpeed::from_keyword(field.get_ref()).filter(|s| offered.contains(s));
     if speed.is_none() {
         let found = format!(
             "{} is not an update speed of {}",
             report.quote(&field.span()),
             market.keyword()
         );
-        let mut expected = one_of(allowed);
-        if !market.is_futures() {
-            expected.push_str(" (\"0ms\" is for usdm and coinm only)");
-        }
+        let allowed: Vec<&str> = offered.iter().map(|s| s.keyword()).collect();
+        let mut expected = one_of(&allowed);
+        expected.push_str(if market.is_futures() {
+            " (futures publish every 100, 250 or 500 ms)"
+        } else {
+            " (spot publishes every 100 or 1000 ms)"
+        });
         report.push(
             ErrorKind::InvalidValue,
             &field.span(),

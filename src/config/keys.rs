@@ -104,6 +104,9 @@ const VENUE: &[(&str, Ty)] = &[
     ("healthy_after_secs", Int),
     ("connect_budget", Int),
     ("connect_budget_window_secs", Int),
+    ("connections", Int),
+    ("relink_timeout_ms", Int),
+    ("rotate_timeout_ms", Int),
 ];
 
 const SINK: &[(&str, Ty)] = &[

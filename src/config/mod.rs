@@ -45,7 +45,7 @@
 //! | `rest_url` | binance | `http://` or `https://` URL | the market's REST endpoint |
 //! | `symbols` | binance | non-empty array of unique `[a-z0-9_]+` | required |
 //! | `depth_limit` | binance | 5, 10, 20, 50, 100, 500, 1000, and 5000 on spot | 1000 |
-//! | `update_speed` | binance | `"100ms"`, `"250ms"`, `"500ms"`, `"1000ms"`, and `"0ms"` on futures | `"100ms"` |
+//! | `update_speed` | binance | `"100ms"` or `"1000ms"` on spot; `"100ms"`, `"250ms"` or `"500ms"` on futures | `"100ms"` |
 //! | `weight_budget_per_min` | binance | 1..=100000 | 1200 |
 //! | `silence_timeout_ms` | binance | 100..=600000 | 5000 |
 //! | `ws_max_age_secs` | binance | 60..=86399 | 82800 |
@@ -57,6 +57,9 @@
 //! | `healthy_after_secs` | binance | 1..=3600: open with data this long resets the backoff | 60 |
 //! | `connect_budget` | binance | 1..=250 attempts per window | 60 |
 //! | `connect_budget_window_secs` | binance | 60..=3600 | 300 |
+//! | `connections` | binance | 1..=4 permanent connections feeding the same symbols | 1 |
+//! | `relink_timeout_ms` | binance | 0..=600000; 0 resyncs every symbol when the connection drops | 10000 |
+//! | `rotate_timeout_ms` | binance | 100..=600000: longest overlap of a rotation | 30000 |
 //!
 //! A key of another venue kind is an error that names the key and the kind.
 //!

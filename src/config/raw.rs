@@ -65,6 +65,9 @@ pub(super) struct RawVenue {
     pub healthy_after_secs: Field<i64>,
     pub connect_budget: Field<i64>,
     pub connect_budget_window_secs: Field<i64>,
+    pub connections: Field<i64>,
+    pub relink_timeout_ms: Field<i64>,
+    pub rotate_timeout_ms: Field<i64>,
 }
 
 /// The span of a key's value, whatever its type.
@@ -107,6 +110,9 @@ impl RawVenue {
                 "connect_budget_window_secs",
                 span(&self.connect_budget_window_secs),
             ),
+            ("connections", span(&self.connections)),
+            ("relink_timeout_ms", span(&self.relink_timeout_ms)),
+            ("rotate_timeout_ms", span(&self.rotate_timeout_ms)),
         ];
         keys.into_iter()
             .filter_map(|(k, s)| Some((k, s?)))

@@ -89,17 +89,16 @@ keyword_enum! {
 }
 
 keyword_enum! {
-    /// Interval of Binance diff-depth updates.
+    /// Interval of Binance diff-depth updates. Spot offers 100 ms and 1000 ms; USD-M and
+    /// COIN-M futures 100, 250 and 500 ms ([`UpdateSpeed::offered`]).
     pub enum UpdateSpeed {
-        /// Every change as it happens (futures only).
-        Realtime = "0ms",
-        /// Every 100 ms.
+        /// Every 100 ms (`@depth@100ms`, every market).
         Ms100 = "100ms",
-        /// Every 250 ms.
+        /// Every 250 ms (futures' plain `@depth`).
         Ms250 = "250ms",
-        /// Every 500 ms.
+        /// Every 500 ms (futures' `@depth@500ms`).
         Ms500 = "500ms",
-        /// Every second.
+        /// Every second (spot's plain `@depth`).
         Ms1000 = "1000ms",
     }
 }
@@ -109,7 +108,7 @@ impl Market {
     pub fn default_ws_url(self) -> &'static str {
         match self {
             Market::Spot => "wss://stream.binance.com:9443/stream",
-            Market::Usdm => "wss://fstream.binance.com/stream",
+            Market::Usdm => "wss://fstream.binance.com/public/stream",
             Market::Coinm => "wss://dstream.binance.com/stream",
         }
     }
@@ -123,17 +122,34 @@ impl Market {
         }
     }
 
-    /// Whether this is a futures market (which allows `0ms` updates and no 5000-level depth).
+    /// Whether this is a futures market (other update speeds, no 5000-level depth).
     pub fn is_futures(self) -> bool {
         self != Market::Spot
     }
 }
 
 impl UpdateSpeed {
+    /// The speeds `market` publishes its diff-depth stream at.
+    pub fn offered(market: Market) -> &'static [UpdateSpeed] {
+        if market.is_futures() {
+            &[UpdateSpeed::Ms100, UpdateSpeed::Ms250, UpdateSpeed::Ms500]
+        } else {
+            &[UpdateSpeed::Ms100, UpdateSpeed::Ms1000]
+        }
+    }
+
+    /// The stream name's speed suffix on `market`: `Some(ms)` for `@depth@{ms}ms`, `None`
+    /// for the plain `@depth` (1000 ms on spot, 250 ms on futures).
+    pub fn suffix_ms(self, market: Market) -> Option<u32> {
+        match (self, market.is_futures()) {
+            (UpdateSpeed::Ms1000, false) | (UpdateSpeed::Ms250, true) => None,
+            (speed, _) => u32::try_from(speed.interval().as_millis()).ok(),
+        }
+    }
+
     /// The update interval; zero for real-time.
     pub fn interval(self) -> Duration {
         Duration::from_millis(match self {
-            UpdateSpeed::Realtime => 0,
             UpdateSpeed::Ms100 => 100,
             UpdateSpeed::Ms250 => 250,
             UpdateSpeed::Ms500 => 500,
@@ -426,11 +442,20 @@ pub struct BinanceLink {
     pub connect_budget: u32,
     /// The window of `connect_budget`.
     pub connect_budget_window: Duration,
+    /// Permanent connections feeding the same symbols (1 to 4).
+    pub connections: u8,
+    /// How long a live symbol waits, once every connection is lost, for the next one's
+    /// events to link to what was delivered; zero resyncs at once.
+    pub relink_timeout: Duration,
+    /// A connection being replaced closes once every symbol has linked on its successor,
+    /// or after this long.
+    pub rotate_timeout: Duration,
 }
 
 impl Default for BinanceLink {
     /// 5 s for each step of opening, a ping every 2 s, healthy after 60 s, 60 attempts in
-    /// any 300 s (Binance bans an address over 300 in 5 minutes).
+    /// any 300 s (Binance bans an address over 300 in 5 minutes); one connection, 10 s to
+    /// link after a loss, 30 s of overlap at a rotation.
     fn default() -> Self {
         Self {
             resolve_timeout: Duration::from_secs(5),
@@ -441,6 +466,9 @@ impl Default for BinanceLink {
             healthy_after: Duration::from_secs(60),
             connect_budget: 60,
             connect_budget_window: Duration::from_secs(300),
+            connections: 1,
+            relink_timeout: Duration::from_secs(10),
+            rotate_timeout: Duration::from_secs(30),
         }
     }
 }

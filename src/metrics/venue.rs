@@ -86,6 +86,19 @@ venue_series! {
         "Connections lost or closed.";
     Rotations "rotations": Counter "gapless_venue_rotations_total"
         "Connections replaced on a shutdown notice, their age or silence.";
+    OverlappedRotations "overlapped_rotations": Counter
+        "gapless_venue_overlapped_rotations_total"
+        "Rotations that opened the successor before closing the old connection.";
+    RotationsLinked "rotations_linked": Counter "gapless_venue_rotations_linked_total"
+        "Replaced connections closed once every symbol had linked on the successor.";
+    RotationsTimedOut "rotations_timed_out": Counter "gapless_venue_rotations_timed_out_total"
+        "Replaced connections closed at the overlap deadline, some symbols unlinked.";
+    StaleConnEvents "stale_conn_events": Counter "gapless_venue_stale_conn_events_total"
+        "Frames and events of connections already given up, ignored.";
+    OpenConnections "open_connections": Gauge "gapless_venue_open_connections"
+        "WebSocket connections open now.";
+    RelinkingSymbols "relinking_symbols": Gauge "gapless_venue_relinking_symbols"
+        "Symbols kept across a lost connection, waiting for an event that links.";
     ConnectErrors "connect_errors": Counter "gapless_venue_connect_errors_total"
         "Connection attempts that failed, at any step.";
     ResolveErrors "resolve_errors": Counter "gapless_venue_resolve_errors_total"

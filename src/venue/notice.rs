@@ -182,6 +182,17 @@ pub enum Notice {
         /// Nanoseconds until the next attempt.
         retry_ns: u64,
     },
+    /// A connection being replaced was closed: every live stream had shown that its
+    /// successor carries it (`linked`), or the overlap's deadline passed with `unlinked`
+    /// streams still unproven (each then links or resyncs on its own).
+    RotationDone {
+        /// The connection closed.
+        conn: ConnId,
+        /// Whether every stream had linked on the successor.
+        linked: bool,
+        /// Streams that had not.
+        unlinked: usize,
+    },
     /// A connection stayed open with data long enough to count as healthy: the reconnect
     /// backoff starts again from its first delay.
     ConnectionHealthy {
@@ -217,6 +228,8 @@ impl Notice {
             | Self::ConnectDeferred { .. }
             | Self::Dropped { .. } => NoticeLevel::Warn,
             Self::ConnectionHealthy { .. } => NoticeLevel::Debug,
+            Self::RotationDone { linked: true, .. } => NoticeLevel::Info,
+            Self::RotationDone { .. } => NoticeLevel::Warn,
             Self::Reconnecting { .. } | Self::SnapshotRequested { .. } => NoticeLevel::Info,
         }
     }
@@ -234,6 +247,7 @@ impl Notice {
             | Self::ConnectionLost { .. }
             | Self::ConnectDeferred { .. }
             | Self::ConnectionHealthy { .. }
+            | Self::RotationDone { .. }
             | Self::Dropped { .. } => None,
         }
     }
@@ -320,6 +334,19 @@ impl fmt::Display for Notice {
                 f,
                 "{budget} connection attempts in {window_secs} s spent: next attempt in {} ms",
                 retry_ns / 1_000_000
+            ),
+            Self::RotationDone {
+                conn, linked: true, ..
+            } => write!(
+                f,
+                "connection {}: closed, every symbol linked on its successor",
+                conn.0
+            ),
+            Self::RotationDone { conn, unlinked, .. } => write!(
+                f,
+                "connection {}: closed at the rotation deadline with {unlinked} symbols not \
+                 yet linked on its successor",
+                conn.0
             ),
             Self::ConnectionHealthy { conn } => write!(
                 f,

@@ -315,18 +315,37 @@ fn key_of_the_wrong_sink_kind() {
 }
 
 #[test]
-fn spot_has_no_realtime_updates() {
-    let text = edit(&[(
-        "market = \"spot\"",
-        "market = \"spot\"\nupdate_speed = \"0ms\"",
-    )]);
-    single(
-        &text,
-        ErrorKind::InvalidValue,
-        "25:16",
-        "venue[1].update_speed",
-        "\"100ms\", \"250ms\"",
-    );
+fn spot_offers_only_100ms_and_1000ms() {
+    for speed in ["250ms", "500ms", "0ms"] {
+        let text = edit(&[(
+            "market = \"spot\"",
+            &format!("market = \"spot\"\nupdate_speed = \"{speed}\""),
+        )]);
+        single(
+            &text,
+            ErrorKind::InvalidValue,
+            "25:16",
+            "venue[1].update_speed",
+            "one of \"100ms\", \"1000ms\"",
+        );
+    }
+}
+
+#[test]
+fn futures_offer_only_100_250_and_500ms() {
+    for speed in ["1000ms", "0ms"] {
+        let text = edit(&[(
+            "market = \"spot\"",
+            &format!("market = \"usdm\"\nupdate_speed = \"{speed}\""),
+        )]);
+        single(
+            &text,
+            ErrorKind::InvalidValue,
+            "25:16",
+            "venue[1].update_speed",
+            "one of \"100ms\", \"250ms\", \"500ms\"",
+        );
+    }
 }
 
 #[test]

@@ -38,6 +38,13 @@ pub struct FaultConfig {
     pub retry_after_secs: u64,
     /// Close the TCP connection (no close frame) after this many events.
     pub disconnect_after: Option<u64>,
+    /// The connection accepted `i`-th disconnects after `disconnect_after + i * this`
+    /// events, so that connections open at once drop at different times.
+    pub disconnect_stagger: u64,
+    /// Symbols (any case) whose events in a later connection's replayed backlog (see
+    /// [`BinanceSimConfig::reconnect_overlap`](super::BinanceSimConfig::reconnect_overlap))
+    /// are withheld: what they published while no connection carried them is lost.
+    pub lose_on_reconnect: Vec<String>,
     /// Stop sending (data and pings) after this many events, socket open.
     pub silence_after: Option<u64>,
     /// How long a silence lasts; `None`: until the client goes away.
@@ -64,6 +71,8 @@ impl Default for FaultConfig {
             rate_limited: 0,
             retry_after_secs: 1,
             disconnect_after: None,
+            disconnect_stagger: 0,
+            lose_on_reconnect: Vec::new(),
             silence_after: None,
             silence_for: None,
             shutdown_after: None,
@@ -79,6 +88,19 @@ impl FaultConfig {
         self.symbols.is_empty() || self.symbols.iter().any(|s| s.eq_ignore_ascii_case(symbol))
     }
 
+    /// Whether `symbol` (any case) loses its backlog on a later connection.
+    pub fn loses_on_reconnect(&self, symbol: &str) -> bool {
+        self.lose_on_reconnect
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(symbol))
+    }
+
+    /// The event count after which the connection accepted `index`-th disconnects.
+    pub fn disconnect_point(&self, index: u64) -> Option<u64> {
+        let after = self.disconnect_after?;
+        Some(after.saturating_add(index.saturating_mul(self.disconnect_stagger)))
+    }
+
     /// Whether connection faults apply to the connection accepted `index`-th (from 0).
     pub fn affects_connection(&self, index: u64) -> bool {
         self.fault_connections == 0 || index < u64::from(self.fault_connections)
@@ -90,6 +112,11 @@ impl FaultConfig {
 pub enum InjectionKind {
     /// A depth event (its `u`) was not sent.
     Dropped {
+        /// Final update id of the event.
+        update_id: u64,
+    },
+    /// A depth event of a later connection's replayed backlog was withheld.
+    LostOnReconnect {
         /// Final update id of the event.
         update_id: u64,
     },

@@ -135,6 +135,11 @@ pub struct BinanceSimConfig {
     pub wait_for_client: bool,
     /// Records the log keeps for clients that are behind.
     pub history: usize,
+    /// Every connection after the first starts this many records before the live head (as
+    /// far as the log holds them), so that a client reconnecting within that window can
+    /// link its new connection to the old one; 0: every connection starts live, as
+    /// Binance's do.
+    pub reconnect_overlap: u64,
     /// Faults to inject.
     pub faults: FaultConfig,
 }
@@ -172,6 +177,7 @@ impl BinanceSimConfig {
             http_chunked: false,
             wait_for_client: true,
             history: 1 << 16,
+            reconnect_overlap: 0,
             faults: FaultConfig::default(),
         }
     }

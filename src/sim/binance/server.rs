@@ -113,7 +113,13 @@ fn client(shared: &Shared, stream: TcpStream, index: u64) {
             })
         })
         .collect();
-    let cursor = feed.next_seq;
+    let live = feed.next_seq;
+    let cursor = if index == 0 {
+        live
+    } else {
+        live.saturating_sub(shared.config.reconnect_overlap)
+            .max(feed.oldest_seq())
+    };
     feed.cursors.insert(index, cursor);
     drop(feed);
     shared.space_cv.notify_all();
@@ -127,6 +133,7 @@ fn client(shared: &Shared, stream: TcpStream, index: u64) {
         subs,
         combined,
         cursor,
+        backlog_end: live,
         events: EventFaults::new(faults, index),
         connection_faults: faults.affects_connection(index),
         sent: 0,
@@ -156,6 +163,8 @@ struct Conn<'a> {
     subs: Vec<Sub>,
     combined: bool,
     cursor: u64,
+    /// The live head when the connection began: records before it are its backlog.
+    backlog_end: u64,
     events: EventFaults,
     connection_faults: bool,
     sent: u64,
@@ -296,6 +305,18 @@ impl Conn<'_> {
         let batch = mem::take(&mut self.batch);
         let mut pending = mem::take(&mut self.out);
         for entry in &batch {
+            if self.withheld(entry) {
+                if let Some(ids) = entry.ids {
+                    self.log.push(Injection {
+                        connection: Some(self.index),
+                        symbol: Some(entry.symbol_name.clone()),
+                        kind: InjectionKind::LostOnReconnect {
+                            update_id: ids.last,
+                        },
+                    });
+                }
+                continue;
+            }
             if self.subscription(entry).is_some() {
                 self.events
                     .apply(Arc::clone(entry), &mut pending, &mut self.log);
@@ -329,6 +350,19 @@ impl Conn<'_> {
         flow
     }
 
+    /// Whether `entry` is a backlog event of a symbol that loses it on reconnect.
+    fn withheld(&self, entry: &Entry) -> bool {
+        self.index > 0
+            && entry.seq < self.backlog_end
+            && entry.ids.is_some()
+            && self.subscription(entry).is_some()
+            && self
+                .shared
+                .config
+                .faults
+                .loses_on_reconnect(&entry.symbol_name)
+    }
+
     fn subscription(&self, entry: &Entry) -> Option<&Sub> {
         self.subs
             .iter()
@@ -350,7 +384,7 @@ impl Conn<'_> {
             };
             lock(&self.shared.injected).list.push(injection);
         };
-        if faults.disconnect_after == Some(sent) {
+        if faults.disconnect_point(self.index) == Some(sent) {
             record(InjectionKind::Disconnected { after_events: sent });
             if self.ws.get_ref().set_nonblocking(false).is_ok() {
                 let _ = self.ws.flush();

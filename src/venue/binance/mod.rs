@@ -65,7 +65,8 @@ mod venue;
 
 pub use link::Backoff;
 pub use session::BinanceSession;
-pub use spec::{BinanceSpec, SnapshotBackoff, SpecError};
+pub use session::MAX_LINKS;
+pub use spec::{BinanceSpec, MAX_CONNECTIONS, SnapshotBackoff, SpecError};
 pub use venue::{BinanceVenue, TransportStats, channel_stats, combined_url};
 
 /// Which Binance market a venue connects to.
@@ -137,8 +138,22 @@ pub struct SymbolStats {
     /// a row than [`BinanceSpec::max_pending`] that brought nothing new (the snapshot or an
     /// event claimed ids far ahead of the stream).
     pub breaks: u64,
-    /// Times the symbol lost sync after a snapshot was applied (a break or a disconnect).
+    /// Times the symbol lost sync after a snapshot was applied (a break, a disconnect that
+    /// could not be bridged).
     pub resyncs: u64,
+    /// Events of one connection dropped for running ahead of the delivered chain while
+    /// another connection that carries the symbol had not yet delivered what lies between
+    /// (that connection's copies are delivered instead).
+    pub ahead: u64,
+    /// Times the symbol carried on across a lost connection: the next connection's first
+    /// event linked to the last one delivered, by the market's rule.
+    pub relinked: u64,
+    /// Times the first event after a lost connection did not link (events were missed in
+    /// between): the symbol resynced.
+    pub relinks_failed: u64,
+    /// Times no event linked within [`BinanceSpec::relink_timeout_ns`] of losing every
+    /// connection: the symbol resynced.
+    pub relinks_expired: u64,
     /// Snapshot requests issued.
     pub snapshot_requests: u64,
     /// Snapshots applied.

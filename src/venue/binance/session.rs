@@ -16,7 +16,10 @@ use crate::protocol::binance::{self as scan, ScanError, Scanned};
 /// sync at once: the detector never needs to hold more than the frame that revealed it.
 const WINDOW: usize = 64;
 
-/// The connection as the session sees it.
+/// Connection slots a session tracks at most (two per permanent connection, for rotation).
+pub const MAX_LINKS: usize = 8;
+
+/// One connection as the session sees it.
 #[derive(Debug, Clone, Copy, Default)]
 struct Link {
     connected: bool,
@@ -37,7 +40,11 @@ pub struct BinanceSession {
     books: Vec<Book>,
     seq: Sequencer,
     fetcher: Fetcher,
-    link: Link,
+    links: [Link; MAX_LINKS],
+    /// Live symbols whose connections were all lost must link by then, or resync.
+    relink_deadline: Option<u64>,
+    /// Symbols waiting to link now.
+    relinking: usize,
     now: u64,
     stats: VenueStats,
     /// When each symbol's latest depth event arrived (0: none yet).
@@ -102,7 +109,9 @@ impl BinanceSession {
                 out: Vec::with_capacity(WINDOW),
             },
             fetcher,
-            link: Link::default(),
+            links: [Link::default(); MAX_LINKS],
+            relink_deadline: None,
+            relinking: 0,
             now: 0,
             stats: VenueStats::default(),
             last_event: vec![0; spec.symbols.len()],
@@ -165,9 +174,26 @@ impl BinanceSession {
         self.stats
     }
 
-    /// True between [`BinanceSession::on_connected`] and [`BinanceSession::on_disconnected`].
+    /// True while any connection is open (between [`BinanceSession::on_link_up`] and
+    /// [`BinanceSession::on_link_down`] of some slot).
     pub fn is_connected(&self) -> bool {
-        self.link.connected
+        self.links.iter().any(|l| l.connected)
+    }
+
+    /// Symbols live across a lost connection, waiting for an event that links.
+    pub fn relinking_symbols(&self) -> usize {
+        self.relinking
+    }
+
+    /// True when every live symbol has shown on connection slot `link` that it carries
+    /// the delivered chain: an older connection feeding the same symbols can go.
+    pub fn all_linked(&self, link: usize) -> bool {
+        self.books.iter().all(|b| b.has_linked(link))
+    }
+
+    /// Live symbols that have not shown on connection slot `link` that it carries them.
+    pub fn unlinked_symbols(&self, link: usize) -> usize {
+        self.books.iter().filter(|b| !b.has_linked(link)).count()
     }
 
     /// Request weight spent on snapshots in the minute before the latest time the session was
@@ -180,54 +206,105 @@ impl BinanceSession {
         self.now = self.now.max(now);
     }
 
-    /// The WebSocket connection opened at `now`. Symbols sync as their events arrive.
+    /// The WebSocket connection opened at `now` (connection slot 0).
     pub fn on_connected(&mut self, now: u64) {
-        self.observe(now);
-        self.stats.connects += 1;
-        self.link = Link {
-            connected: true,
-            since: now,
-            last_frame: now,
-            shutdown: false,
-        };
+        self.on_link_up(0, now);
     }
 
-    /// The connection closed at `now`: every symbol loses sync, consumers are told, and what
-    /// was buffered is dropped. Each symbol syncs again from the events of the next connection.
-    pub fn on_disconnected(&mut self, now: u64, emit: &mut impl Emit) {
+    /// Connection slot `link` (below [`MAX_LINKS`]) opened at `now`. Symbols sync as their
+    /// events arrive; several open slots feed the same symbols, and the sequencer discards
+    /// what one repeats of another.
+    pub fn on_link_up(&mut self, link: usize, now: u64) {
         self.observe(now);
-        if self.link.connected {
+        self.stats.connects += 1;
+        if let Some(l) = self.links.get_mut(link) {
+            *l = Link {
+                connected: true,
+                since: now,
+                last_frame: now,
+                shutdown: false,
+            };
+        }
+    }
+
+    /// The connection (slot 0) closed at `now`. See [`BinanceSession::on_link_down`].
+    pub fn on_disconnected(&mut self, now: u64, emit: &mut impl Emit) {
+        self.on_link_down(0, now, emit);
+    }
+
+    /// Connection slot `link` closed at `now`. While another slot is open, symbols go on
+    /// from its events. When none is: with [`BinanceSpec::relink_timeout_ns`] above 0, each
+    /// live symbol keeps its state and carries on, with no reset, if the next connection's
+    /// first events link to the last one delivered (by the market's rule), and resyncs
+    /// otherwise or once that wait is over; with 0, every symbol loses sync at once,
+    /// consumers are told, and what was buffered is dropped.
+    pub fn on_link_down(&mut self, link: usize, now: u64, emit: &mut impl Emit) {
+        self.observe(now);
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        if l.connected {
             self.stats.disconnects += 1;
         }
-        self.link.connected = false;
+        l.connected = false;
+        l.shutdown = false;
+        for book in &mut self.books {
+            book.link_down(link);
+        }
+        if self.is_connected() {
+            return;
+        }
+        let hold = self.spec.relink_timeout_ns > 0;
         for (i, book) in self.books.iter_mut().enumerate() {
-            book.disconnect(&mut self.seq, emit);
+            let was = book.is_relinking();
+            book.links_lost(&mut self.seq, hold, emit);
+            if !was && book.is_relinking() {
+                self.relinking += 1;
+            }
             self.fetcher.set_needed(i, book.needs_snapshot(), now);
+        }
+        if self.relinking > 0 && self.relink_deadline.is_none() {
+            self.relink_deadline = Some(now.saturating_add(self.spec.relink_timeout_ns));
         }
     }
 
     /// Handles one text frame received at `now` (`recv_ns`: wall clock, passed to consumers).
     /// Deltas delivered at once borrow `frame`.
     pub fn on_text(&mut self, now: u64, recv_ns: u64, frame: &[u8], emit: &mut impl Emit) {
+        self.on_link_text(0, now, recv_ns, frame, emit);
+    }
+
+    /// Handles one text frame of connection slot `link`, as [`BinanceSession::on_text`].
+    pub fn on_link_text(
+        &mut self,
+        link: usize,
+        now: u64,
+        recv_ns: u64,
+        frame: &[u8],
+        emit: &mut impl Emit,
+    ) {
         self.observe(now);
+        let slot = link.min(MAX_LINKS - 1);
         self.stats.frames += 1;
         self.stats.bytes += frame.len() as u64;
         let event = match scan::scan(frame) {
             Ok(Scanned::Depth(event)) => event,
             Ok(Scanned::ServerShutdown { .. }) => {
                 self.stats.server_shutdowns += 1;
-                self.link.shutdown = true;
-                self.link.last_frame = now;
+                if let Some(l) = self.links.get_mut(slot) {
+                    l.shutdown = true;
+                    l.last_frame = now;
+                }
                 return;
             }
             Ok(Scanned::Other { .. }) => {
                 self.stats.ignored += 1;
-                self.link.last_frame = now;
+                self.frame_seen(slot, now);
                 return;
             }
             Ok(Scanned::Unknown { .. }) => {
                 self.stats.unknown_events += 1;
-                self.link.last_frame = now;
+                self.frame_seen(slot, now);
                 return;
             }
             Err(ScanError::RangeInverted { .. }) => {
@@ -239,7 +316,7 @@ impl BinanceSession {
                 return;
             }
         };
-        self.link.last_frame = now;
+        self.frame_seen(slot, now);
         self.stats.depth_events += 1;
         let by_stream = || event.stream.and_then(|s| s.split('@').next());
         let Some(symbol) = self
@@ -255,21 +332,42 @@ impl BinanceSession {
         if let Some(t) = self.last_event.get_mut(symbol) {
             *t = now;
         }
+        let was = book.is_relinking();
         match rules::ids_of(self.seq.market, &event) {
-            Some(ids) => book.on_event(&mut self.seq, ids, recv_ns, event.event_bytes, emit),
+            Some(ids) => book.on_event(&mut self.seq, slot, ids, recv_ns, event.event_bytes, emit),
             None => {
                 book.stats.events += 1;
                 book.stats.malformed += 1;
             }
         }
+        if was && !book.is_relinking() {
+            self.relinking = self.relinking.saturating_sub(1);
+            if self.relinking == 0 {
+                self.relink_deadline = None;
+            }
+        }
         self.fetcher.set_needed(symbol, book.needs_snapshot(), now);
     }
 
-    /// A ping or pong arrived at `now`: the connection is alive, though no data came.
+    fn frame_seen(&mut self, link: usize, now: u64) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.last_frame = now;
+        }
+    }
+
+    /// A ping or pong arrived at `now` (connection slot 0).
     pub fn on_alive(&mut self, now: u64) {
+        self.on_link_alive(0, now);
+    }
+
+    /// A ping or pong arrived at `now` on connection slot `link`: it is alive, though no
+    /// data came.
+    pub fn on_link_alive(&mut self, link: usize, now: u64) {
         self.observe(now);
-        if self.link.connected {
-            self.link.last_frame = now;
+        if let Some(l) = self.links.get_mut(link)
+            && l.connected
+        {
+            l.last_frame = now;
         }
     }
 
@@ -277,12 +375,18 @@ impl BinanceSession {
     /// since the connection opened) while connected: quiet, which is not a reason to
     /// reconnect as long as the connection itself shows signs of life.
     pub fn quiet_symbols(&self) -> usize {
-        if !self.link.connected {
+        let Some(link_since) = self
+            .links
+            .iter()
+            .filter(|l| l.connected)
+            .map(|l| l.since)
+            .min()
+        else {
             return 0;
-        }
+        };
         let since = self.now.saturating_sub(self.spec.symbol_quiet_ns);
-        let quiet_from = self.link.since.max(since);
-        if self.now.saturating_sub(self.link.since) < self.spec.symbol_quiet_ns {
+        let quiet_from = link_since.max(since);
+        if self.now.saturating_sub(link_since) < self.spec.symbol_quiet_ns {
             return 0;
         }
         self.last_event.iter().filter(|t| **t < quiet_from).count()
@@ -367,45 +471,60 @@ impl BinanceSession {
             }
         };
         fetcher.expire(now, &mut expired);
+        if self.relink_deadline.is_some_and(|t| t <= now) {
+            self.relink_deadline = None;
+            self.relinking = 0;
+            for book in &mut self.books {
+                book.relink_expired(&mut self.seq, emit);
+            }
+        }
         for (i, book) in self.books.iter().enumerate() {
             self.fetcher.set_needed(i, book.needs_snapshot(), now);
         }
-        let _ = emit;
     }
 
     /// The earliest time [`BinanceSession::handle_timeout`] (or [`BinanceSession::poll_snapshot`]
     /// or [`BinanceSession::poll_reconnect`]) has something to do.
     pub fn poll_timeout(&self) -> Option<u64> {
         let mut next = self.fetcher.next_deadline(self.now);
-        if self.link.connected {
-            let silence = self
-                .link
-                .last_frame
-                .saturating_add(self.spec.silence_timeout_ns);
-            let age = self.link.since.saturating_add(self.spec.ws_max_age_ns);
-            for t in [silence, age] {
-                if t > self.now {
-                    next = Some(next.map_or(t, |n| n.min(t)));
-                }
+        let mut consider = |t: u64| {
+            if t > self.now {
+                next = Some(next.map_or(t, |n: u64| n.min(t)));
             }
+        };
+        for link in self.links.iter().filter(|l| l.connected) {
+            consider(link.last_frame.saturating_add(self.spec.silence_timeout_ns));
+            consider(link.since.saturating_add(self.spec.ws_max_age_ns));
+        }
+        if let Some(t) = self.relink_deadline {
+            // Due now or later: it is handled at the next timeout either way.
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         next
     }
 
-    /// Whether the connection should be replaced at `now`, and why: the server announced a
-    /// shutdown, the connection reached its maximum age, or nothing arrived for the silence
-    /// timeout. Reported for as long as it holds; a new connection clears it.
+    /// Whether the connection (slot 0) should be replaced at `now`. See
+    /// [`BinanceSession::poll_link_reconnect`].
     pub fn poll_reconnect(&self, now: u64) -> Option<ReconnectReason> {
-        if self.link.shutdown {
+        self.poll_link_reconnect(0, now)
+    }
+
+    /// Whether connection slot `link` should be replaced at `now`, and why: the server
+    /// announced a shutdown, the connection reached its maximum age, or nothing arrived for
+    /// the silence timeout. Reported for as long as it holds; a new connection in the slot
+    /// clears it.
+    pub fn poll_link_reconnect(&self, link: usize, now: u64) -> Option<ReconnectReason> {
+        let l = self.links.get(link)?;
+        if l.shutdown {
             return Some(ReconnectReason::ServerShutdown);
         }
-        if !self.link.connected {
+        if !l.connected {
             return None;
         }
-        if now >= self.link.since.saturating_add(self.spec.ws_max_age_ns) {
+        if now >= l.since.saturating_add(self.spec.ws_max_age_ns) {
             return Some(ReconnectReason::MaxAge);
         }
-        let silent = now.saturating_sub(self.link.last_frame);
+        let silent = now.saturating_sub(l.last_frame);
         (silent >= self.spec.silence_timeout_ns).then_some(ReconnectReason::Silence)
     }
 }

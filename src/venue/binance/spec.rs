@@ -87,13 +87,26 @@ pub struct BinanceSpec {
     /// A symbol with no event for this long is counted as quiet (its connection may be
     /// alive: quiet is not silent).
     pub symbol_quiet_ns: u64,
+    /// When every connection is lost, a live symbol keeps its state for this long, waiting
+    /// for an event of the next connection that links to the last one delivered; 0 resyncs
+    /// every symbol at once.
+    pub relink_timeout_ns: u64,
+    /// Permanent connections feeding the same symbols (1 to [`MAX_CONNECTIONS`]).
+    pub connections: usize,
+    /// A connection being replaced (age, shutdown notice) is closed once every live symbol
+    /// has linked on its successor, or after this long.
+    pub rotate_timeout_ns: u64,
 }
+
+/// Permanent connections a venue keeps at most.
+pub const MAX_CONNECTIONS: usize = 4;
 
 impl BinanceSpec {
     /// A spec with defaults suited to a live venue: depth 1000, 1024 events and 1 MiB buffered
     /// per symbol, 1200 weight a minute, one request at a time, 10 s snapshot timeout, 5 s
     /// silence, 23 hour connections, 5 s for each step of opening one, a ping every 2 s,
-    /// healthy after a minute, 60 connection attempts in any 5 minutes.
+    /// healthy after a minute, 60 connection attempts in any 5 minutes, 10 s for symbols to
+    /// link after a lost connection, one connection, 30 s for a rotation's overlap.
     pub fn new(market: Market, symbols: Vec<String>) -> Self {
         Self {
             market,
@@ -117,6 +130,9 @@ impl BinanceSpec {
             connect_budget: 60,
             connect_window_ns: 300 * SECOND_NS,
             symbol_quiet_ns: 60 * SECOND_NS,
+            relink_timeout_ns: 10 * SECOND_NS,
+            connections: 1,
+            rotate_timeout_ns: 30 * SECOND_NS,
         }
     }
 
@@ -176,7 +192,12 @@ impl BinanceSpec {
             ("upgrade_timeout_ns", self.upgrade_timeout_ns),
             ("connect_budget", u64::from(self.connect_budget)),
             ("connect_window_ns", self.connect_window_ns),
+            ("connections", self.connections as u64),
+            ("rotate_timeout_ns", self.rotate_timeout_ns),
         ];
+        if self.connections > MAX_CONNECTIONS {
+            return Err(SpecError::TooManyConnections(self.connections));
+        }
         match positive.iter().find(|(_, value)| *value == 0) {
             Some((field, _)) => Err(SpecError::Zero(field)),
             None => Ok(()),
@@ -215,6 +236,9 @@ pub enum SpecError {
     /// A size, count or duration that must be positive is 0.
     #[error("`{0}` must be greater than 0")]
     Zero(&'static str),
+    /// More permanent connections than [`MAX_CONNECTIONS`].
+    #[error("{0} connections asked for; at most {MAX_CONNECTIONS}")]
+    TooManyConnections(usize),
     /// The configuration describes another kind of venue.
     #[error("not a Binance venue")]
     NotBinance,

@@ -9,6 +9,11 @@ use super::pending::{Pending, Stored};
 use super::rules::{self, Fit, Ids, Link};
 use super::{Market, SymbolStats};
 
+/// The bit of connection slot `link` (slots beyond 8 share the last bit).
+fn bit(link: usize) -> u8 {
+    1u8 << link.min(7)
+}
+
 /// Where a delivered event's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -43,6 +48,10 @@ pub(crate) enum Applied {
     Discarded,
 }
 
+/// Delivered final update ids remembered per symbol, to recognise another connection's copy
+/// of an event already delivered.
+const RECENT: usize = 16;
+
 /// One symbol's sync state.
 pub(crate) struct Book {
     stream: StreamId,
@@ -57,6 +66,20 @@ pub(crate) struct Book {
     max_pending: usize,
     pending: Pending,
     published: StreamState,
+    /// Live, with no connection open since the last one went: the next event must link to
+    /// what was delivered (or the symbol resyncs).
+    relinking: bool,
+    /// Bit `k`: an event of connection slot `k` continued, or repeated, the delivered chain.
+    linked: u8,
+    /// The final ids of the latest deliveries, newest at `recent_next - 1`.
+    recent: [u64; RECENT],
+    recent_len: usize,
+    recent_next: usize,
+    /// The ids of the latest delivery.
+    head: Option<Ids>,
+    /// Per connection slot, the final id of its latest event dropped for running ahead of
+    /// the delivered chain (0: none): the slot has linked once that event is delivered.
+    ahead: [u64; 8],
     pub(crate) stats: SymbolStats,
 }
 
@@ -73,8 +96,95 @@ impl Book {
             max_pending,
             pending: Pending::new(max_pending, bytes),
             published: StreamState::Unseen,
+            relinking: false,
+            linked: 0,
+            recent: [0; RECENT],
+            recent_len: 0,
+            recent_next: 0,
+            head: None,
+            ahead: [0; 8],
             stats: SymbolStats::default(),
         }
+    }
+
+    /// True while the symbol waits for an event that links to what was delivered before its
+    /// connection was lost.
+    pub(crate) fn is_relinking(&self) -> bool {
+        self.relinking
+    }
+
+    /// True when connection slot `link` has shown it carries this symbol's chain, or the
+    /// symbol is not live (nothing to link to).
+    pub(crate) fn has_linked(&self, link: usize) -> bool {
+        self.phase != Phase::Live || self.linked & bit(link) != 0
+    }
+
+    /// Connection slot `link` is gone: what it proved no longer counts.
+    pub(crate) fn link_down(&mut self, link: usize) {
+        self.linked &= !bit(link);
+        if let Some(slot) = self.ahead.get_mut(link.min(7)) {
+            *slot = 0;
+        }
+    }
+
+    /// Every connection is gone. With `hold`, a live symbol keeps its state and waits for
+    /// the next connection's events to link to it, and the events buffered for a snapshot
+    /// are kept (update ids belong to the symbol, not the connection: the next event is
+    /// checked against them as any other); without, the symbol loses sync at once.
+    pub(crate) fn links_lost(&mut self, seq: &mut Sequencer, hold: bool, emit: &mut impl Emit) {
+        if !hold {
+            self.lose_sync(seq, emit);
+            self.pending.clear();
+        } else if self.phase == Phase::Live {
+            self.relinking = true;
+        }
+    }
+
+    /// The wait for a link ran out: the symbol resyncs. True if it was waiting.
+    pub(crate) fn relink_expired(&mut self, seq: &mut Sequencer, emit: &mut impl Emit) -> bool {
+        if !self.relinking {
+            return false;
+        }
+        self.stats.relinks_expired += 1;
+        self.lose_sync(seq, emit);
+        true
+    }
+
+    /// An event of connection slot `link` linked to the delivered chain.
+    fn proved(&mut self, link: usize) {
+        self.linked |= bit(link);
+        if self.relinking {
+            self.relinking = false;
+            self.stats.relinked += 1;
+        }
+    }
+
+    fn remember(&mut self, first: u64, last: u64) {
+        self.head = Some(Ids {
+            first,
+            last,
+            prev: None,
+        });
+        for (k, ahead) in self.ahead.iter_mut().enumerate() {
+            if *ahead == 0 || *ahead > last {
+                continue;
+            }
+            if *ahead == last {
+                self.linked |= bit(k);
+            }
+            *ahead = 0;
+        }
+        if let Some(slot) = self.recent.get_mut(self.recent_next) {
+            *slot = last;
+        }
+        self.recent_next = (self.recent_next + 1) % RECENT;
+        self.recent_len = (self.recent_len + 1).min(RECENT);
+    }
+
+    /// True when `last` ends one of the latest deliveries: an event repeating it belongs
+    /// to the same chain.
+    fn delivered_recently(&self, last: u64) -> bool {
+        self.recent.iter().take(self.recent_len).any(|u| *u == last)
     }
 
     /// The symbol's state.
@@ -118,6 +228,7 @@ impl Book {
     pub(crate) fn on_event(
         &mut self,
         seq: &mut Sequencer,
+        link: usize,
         ids: Ids,
         recv_ns: u64,
         bytes: &[u8],
@@ -126,7 +237,7 @@ impl Book {
         self.stats.events += 1;
         match self.phase {
             Phase::Waiting | Phase::Buffering => self.buffer(ids, recv_ns, bytes),
-            Phase::Live => self.live(seq, ids, recv_ns, bytes, emit),
+            Phase::Live => self.live(seq, link, ids, recv_ns, bytes, emit),
         }
     }
 
@@ -170,11 +281,25 @@ impl Book {
     fn live(
         &mut self,
         seq: &mut Sequencer,
+        link: usize,
         ids: Ids,
         recv_ns: u64,
         bytes: &[u8],
         emit: &mut impl Emit,
     ) {
+        if let Some(head) = self.head
+            && self.linked & !bit(link) != 0
+            && rules::link(head, ids) == Link::Break
+        {
+            // Another connection carries this symbol and has not delivered what lies
+            // between: it is on its way there. This copy is dropped; that one is delivered.
+            self.stats.ahead += 1;
+            self.linked &= !bit(link);
+            if let Some(slot) = self.ahead.get_mut(link.min(7)) {
+                *slot = ids.last;
+            }
+            return;
+        }
         let frame = rules::frame(ids, Slot::Current);
         let outcome = seq
             .detector
@@ -182,8 +307,14 @@ impl Book {
         match outcome.disposition {
             Disposition::Processed | Disposition::PartialOverlap => {
                 self.deliver(seq, Some((recv_ns, bytes)), emit);
+                self.proved(link);
             }
             Disposition::Duplicate => {
+                // Another connection's copy of a delivered event proves its chain; an older
+                // event proves nothing, and is only counted.
+                if self.delivered_recently(ids.last) {
+                    self.proved(link);
+                }
                 if self.count_old(seq.market, ids) {
                     self.stats.breaks += 1;
                     self.lose_sync(seq, emit);
@@ -193,6 +324,9 @@ impl Book {
             Disposition::Invalid => self.stats.malformed += 1,
             _ => {
                 // A gap (buffered or beyond the window) or a chain that went backwards.
+                if self.relinking {
+                    self.stats.relinks_failed += 1;
+                }
                 self.stats.breaks += 1;
                 self.lose_sync(seq, emit);
                 self.buffer(ids, recv_ns, bytes);
@@ -239,6 +373,7 @@ impl Book {
                     recv_ns,
                     payload,
                 });
+                self.remember(d.first, d.last);
                 self.stats.applied += 1;
                 self.idle_run = 0;
             }
@@ -255,13 +390,12 @@ impl Book {
         seq.detector.take_discarded(self.stream, |_| {});
         self.phase = Phase::Waiting;
         self.snapshot = None;
+        self.relinking = false;
+        self.linked = 0;
+        self.recent_len = 0;
+        self.head = None;
+        self.ahead = [0; 8];
         self.publish(StreamState::ResetRequired, emit);
-    }
-
-    /// The connection is gone: whatever was buffered belongs to it.
-    pub(crate) fn disconnect(&mut self, seq: &mut Sequencer, emit: &mut impl Emit) {
-        self.lose_sync(seq, emit);
-        self.pending.clear();
     }
 
     /// A snapshot of `l` with this `body` arrived at `now`.

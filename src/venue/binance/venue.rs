@@ -12,14 +12,14 @@ use std::time::Duration;
 use crate::venue::{ConnLimits, ConnStage};
 
 use super::link::Backoff;
-use super::session::BinanceSession;
+use super::session::{BinanceSession, MAX_LINKS};
 use super::spec::{BinanceSpec, SpecError};
 use super::{Market, ReconnectReason, SnapshotResult, SymbolStats, VenueStats};
-use crate::config::{Market as ConfigMarket, UpdateSpeed, Venue as VenueConfig, VenueKind};
+use crate::config::{Market as ConfigMarket, Venue as VenueConfig, VenueKind};
 use crate::time::{Mono, Wall, duration_nanos};
 use crate::venue::{
     ChannelStats, ConnEvent, ConnId, Emit, Fetch, FetchId, FetchReply, IoRequest, Notice, Notices,
-    StreamInfo, Timer, TimerTable, Venue,
+    StreamInfo, Venue,
 };
 
 /// Notices queued at most.
@@ -34,6 +34,14 @@ pub struct TransportStats {
     pub disconnects: u64,
     /// Rotations asked for by the session (shutdown notice, age, silence).
     pub rotations: u64,
+    /// Of those, rotations that opened the successor before closing the old connection.
+    pub overlapped_rotations: u64,
+    /// Old connections closed because every live symbol had linked on the successor.
+    pub rotations_linked: u64,
+    /// Old connections closed because the overlap's deadline passed first.
+    pub rotations_timed_out: u64,
+    /// Frames and connection events of a connection already given up, ignored.
+    pub stale_conn_events: u64,
     /// Connect attempts that failed (at any step).
     pub connect_errors: u64,
     /// Of those, failed name resolution.
@@ -60,10 +68,10 @@ pub struct TransportStats {
     pub unknown_fetches: u64,
 }
 
-/// Where the connection stands.
+/// Where a connection slot stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Link {
-    /// None open; the reconnect timer says when to try.
+    /// None open; `reconnect_at` says when to try, if the slot is kept.
     Down,
     /// Asked for; not open yet.
     Opening,
@@ -71,46 +79,48 @@ enum Link {
     Open,
 }
 
-/// Every timer of the venue besides the session's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum VenueTimer {
-    /// The next connection attempt.
-    Reconnect,
+/// One connection slot. Slots `0..connections` start permanent; a rotation opens the
+/// successor in a free slot, which becomes permanent in place of the one it replaces.
+struct Line {
+    conn: ConnId,
+    link: Link,
+    /// Reconnected when lost (a slot being replaced, or freed, is not).
+    permanent: bool,
+    /// The next attempt, for a permanent slot that is down.
+    reconnect_at: Option<Mono>,
+    /// When the connection opened, and the venue's frame count then.
+    opened_at: (Mono, u64),
+    /// Being replaced by the connection in this slot; closed once every live symbol has
+    /// linked on it, or at the deadline.
+    retiring: Option<(usize, Mono)>,
+    backoff: Backoff,
 }
 
-impl Timer for VenueTimer {
-    const ALL: &'static [Self] = &[Self::Reconnect];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// One Binance venue: the session and its connection lifecycle behind the venue contract.
+/// One Binance venue: the session and its connections' lifecycle behind the venue contract.
 pub struct BinanceVenue {
     name: String,
     session: BinanceSession,
     url: String,
     rest_base: String,
-    link: Link,
+    lines: Vec<Line>,
+    /// The last connection number handed out; each attempt gets the next.
     conn: ConnId,
-    backoff: Backoff,
-    /// When the current connection opened, and the frame count then.
-    opened_at: (Mono, u64),
-    /// Times of the attempts in the current budget window, oldest first.
+    /// Times of the attempts in the current budget window, oldest first (every slot).
     attempts: VecDeque<Mono>,
-    timers: TimerTable<VenueTimer, 1>,
     inflight: Vec<(FetchId, usize)>,
     next_fetch: u64,
     io: VecDeque<IoRequest>,
     notices: Notices,
     stats: TransportStats,
+    /// A frame arrived while a rotation is under way: whether it can end is looked at in
+    /// the next timeout call (once a loop cycle, not once a frame).
+    rotation_check: Option<Mono>,
 }
 
 impl BinanceVenue {
     /// A venue streaming `spec`'s symbols from the combined streams at `ws_base` (at
     /// `update_ms`, the venue's default speed when `None`), with snapshots from
-    /// `rest_base`. It asks for its first connection at once.
+    /// `rest_base`. It asks for its first connections at once.
     ///
     /// # Errors
     ///
@@ -127,29 +137,37 @@ impl BinanceVenue {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)
         });
         let session = BinanceSession::new(spec)?;
-        let mut timers = TimerTable::new();
-        timers.set(VenueTimer::Reconnect, Mono::ZERO);
+        let permanent = session.spec().connections;
+        let lines = (0..(2 * permanent).min(MAX_LINKS))
+            .map(|k| Line {
+                conn: ConnId(0),
+                link: Link::Down,
+                permanent: k < permanent,
+                reconnect_at: (k < permanent).then_some(Mono::ZERO),
+                opened_at: (Mono::ZERO, 0),
+                retiring: None,
+                backoff: Backoff::new(
+                    Duration::from_millis(200),
+                    Duration::from_secs(30),
+                    0.3,
+                    seed ^ (k as u64).wrapping_mul(0x9E37_79B9),
+                ),
+            })
+            .collect();
         Ok(Self {
             name: name.to_string(),
             session,
             url,
             rest_base: rest_base.trim_end_matches('/').to_string(),
-            link: Link::Down,
+            lines,
             conn: ConnId(0),
-            backoff: Backoff::new(
-                Duration::from_millis(200),
-                Duration::from_secs(30),
-                0.3,
-                seed,
-            ),
-            opened_at: (Mono::ZERO, 0),
             attempts: VecDeque::with_capacity(64),
-            timers,
             inflight: Vec::new(),
             next_fetch: 1,
             io: VecDeque::with_capacity(8),
             notices: Notices::new(NOTICES),
             stats: TransportStats::default(),
+            rotation_check: None,
         })
     }
 
@@ -177,6 +195,7 @@ impl BinanceVenue {
         else {
             return Err(SpecError::NotBinance);
         };
+        let market_config = market;
         let market = match market {
             ConfigMarket::Spot => Market::Spot,
             ConfigMarket::Usdm => Market::Usdm,
@@ -198,14 +217,11 @@ impl BinanceVenue {
         spec.connect_budget = link.connect_budget;
         spec.connect_window_ns = duration_nanos(link.connect_budget_window);
         spec.snapshot_timeout_ns = duration_nanos(*snapshot_timeout);
+        spec.connections = usize::from(link.connections);
+        spec.relink_timeout_ns = duration_nanos(link.relink_timeout);
+        spec.rotate_timeout_ns = duration_nanos(link.rotate_timeout);
         spec.max_pending = buffering.max_buffered().min(1 << 16);
-        let speed = match update_speed {
-            UpdateSpeed::Realtime => Some(0),
-            UpdateSpeed::Ms100 => Some(100),
-            UpdateSpeed::Ms250 => None,
-            UpdateSpeed::Ms500 => Some(500),
-            UpdateSpeed::Ms1000 => Some(1000),
-        };
+        let speed = update_speed.suffix_ms(*market_config);
         Self::new(
             config.name.as_str(),
             spec,
@@ -225,6 +241,11 @@ impl BinanceVenue {
         self.stats
     }
 
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.lines.iter().filter(|l| l.link == Link::Open).count()
+    }
+
     /// The combined-stream URL the venue connects to.
     pub fn url(&self) -> &str {
         &self.url
@@ -242,9 +263,16 @@ impl BinanceVenue {
         }
     }
 
-    /// Asks for a new connection at `now`, unless the window's attempt budget is spent:
-    /// then the attempt waits until the oldest one leaves the window.
-    fn open(&mut self, now: Mono) {
+    /// The slot of connection `conn`, if it is one the venue still follows.
+    fn line_of(&self, conn: ConnId) -> Option<usize> {
+        self.lines
+            .iter()
+            .position(|l| l.conn == conn && l.link != Link::Down)
+    }
+
+    /// Asks for a new connection in slot `k` at `now`, unless the window's attempt budget
+    /// is spent: then the attempt waits until the oldest one leaves the window.
+    fn open(&mut self, k: usize, now: Mono) {
         let (budget, window) = {
             let spec = self.session.spec();
             (spec.connect_budget, spec.connect_window_ns)
@@ -261,7 +289,9 @@ impl BinanceVenue {
         {
             let at = oldest.after_nanos(window);
             self.stats.connects_deferred += 1;
-            self.timers.set(VenueTimer::Reconnect, at);
+            if let Some(line) = self.lines.get_mut(k) {
+                line.reconnect_at = Some(at);
+            }
             self.notices.push(Notice::ConnectDeferred {
                 budget,
                 window_secs: window / 1_000_000_000,
@@ -269,9 +299,14 @@ impl BinanceVenue {
             });
             return;
         }
+        let Some(line) = self.lines.get_mut(k) else {
+            return;
+        };
         self.attempts.push_back(now);
         self.conn = ConnId(self.conn.0.wrapping_add(1));
-        self.link = Link::Opening;
+        line.conn = self.conn;
+        line.link = Link::Opening;
+        line.reconnect_at = None;
         self.io.push_back(IoRequest::Open {
             conn: self.conn,
             url: self.url.clone(),
@@ -279,45 +314,141 @@ impl BinanceVenue {
         });
     }
 
-    /// The connection asked for is open (once per connection). The backoff is not reset
+    /// The connection of slot `k` is open (once per connection). The backoff is not reset
     /// here: a server that accepts and drops would be hammered. See [`Self::lost`].
-    fn opened(&mut self, now: Mono) {
-        if self.link == Link::Opening {
-            self.link = Link::Open;
+    fn opened(&mut self, k: usize, now: Mono) {
+        let frames = self.session.venue_stats().frames;
+        if let Some(line) = self.lines.get_mut(k)
+            && line.link == Link::Opening
+        {
+            line.link = Link::Open;
+            line.opened_at = (now, frames);
             self.stats.connects += 1;
-            self.opened_at = (now, self.session.venue_stats().frames);
-            self.session.on_connected(now.as_nanos());
+            self.session.on_link_up(k, now.as_nanos());
         }
     }
 
-    /// The connection is gone (lost, failed or rotated): every symbol loses sync and the
-    /// next attempt is due after the backoff, which starts again from its first delay
-    /// only if the connection proved healthy: open for [`BinanceSpec::healthy_after_ns`]
-    /// with data.
-    fn lost(&mut self, now: Mono, emit: &mut impl Emit) {
-        if self.link == Link::Open {
+    /// The connection of slot `k` is gone (lost, failed or closed by the venue). The
+    /// session is told (symbols carry on from another open slot, or wait to link on the
+    /// next connection). A permanent slot tries again after its backoff, which starts
+    /// again from its first delay only if the connection proved healthy: open for
+    /// [`BinanceSpec::healthy_after_ns`] with data.
+    fn lost(&mut self, k: usize, now: Mono, emit: &mut impl Emit) {
+        let healthy_after = self.session.spec().healthy_after_ns;
+        let frames = self.session.venue_stats().frames;
+        let Some(line) = self.lines.get_mut(k) else {
+            return;
+        };
+        if line.link == Link::Open {
             self.stats.disconnects += 1;
-            let (since, frames) = self.opened_at;
-            let healthy = now.nanos_since(since) >= self.session.spec().healthy_after_ns
-                && self.session.venue_stats().frames > frames;
-            if healthy {
+            let (since, then) = line.opened_at;
+            if now.nanos_since(since) >= healthy_after && frames > then {
                 self.stats.healthy += 1;
-                self.backoff.reset();
+                line.backoff.reset();
                 self.notices
-                    .push(Notice::ConnectionHealthy { conn: self.conn });
+                    .push(Notice::ConnectionHealthy { conn: line.conn });
             }
         }
-        self.link = Link::Down;
-        self.session.on_disconnected(now.as_nanos(), emit);
-        let attempts = self.backoff.attempts();
-        let delay = duration_nanos(self.backoff.next_delay());
-        self.timers
-            .set(VenueTimer::Reconnect, now.after_nanos(delay));
-        self.notices.push(Notice::ConnectionLost {
-            conn: self.conn,
-            retry_ns: delay,
-            attempts,
+        line.link = Link::Down;
+        line.retiring = None;
+        let conn = line.conn;
+        let retry = line.permanent.then(|| {
+            let attempts = line.backoff.attempts();
+            let delay = duration_nanos(line.backoff.next_delay());
+            line.reconnect_at = Some(now.after_nanos(delay));
+            (delay, attempts)
         });
+        self.session.on_link_down(k, now.as_nanos(), emit);
+        if let Some((retry_ns, attempts)) = retry {
+            self.notices.push(Notice::ConnectionLost {
+                conn,
+                retry_ns,
+                attempts,
+            });
+        }
+    }
+
+    /// Closes the connection of slot `k` on the venue's own decision.
+    fn close(&mut self, k: usize, now: Mono, emit: &mut impl Emit) {
+        if let Some(line) = self.lines.get(k)
+            && line.link != Link::Down
+        {
+            self.io.push_back(IoRequest::Close { conn: line.conn });
+            self.lost(k, now, emit);
+        }
+    }
+
+    /// Replaces the open connection of slot `k` for `reason`: make-before-break on a
+    /// shutdown notice and for age (the successor opens in a free slot and both feed the
+    /// session until every symbol has linked on it); at once on silence, since a silent
+    /// connection carries nothing to overlap with.
+    fn rotate(&mut self, k: usize, reason: ReconnectReason, now: Mono, emit: &mut impl Emit) {
+        let free = self
+            .lines
+            .iter()
+            .position(|l| l.link == Link::Down && !l.permanent);
+        if free.is_none() && reason != ReconnectReason::Silence {
+            // Every spare slot is taken by a rotation under way: this one starts once that
+            // one ends (by its own deadline at the latest).
+            return;
+        }
+        self.stats.rotations += 1;
+        let why = match reason {
+            ReconnectReason::ServerShutdown => "server shutdown notice",
+            ReconnectReason::MaxAge => "connection age",
+            ReconnectReason::Silence => "silence",
+        };
+        let conn = self.lines.get(k).map_or(ConnId(0), |l| l.conn);
+        self.notices.push(Notice::Reconnecting { conn, why });
+        match (reason, free) {
+            (ReconnectReason::ServerShutdown | ReconnectReason::MaxAge, Some(j)) => {
+                self.stats.overlapped_rotations += 1;
+                let deadline = now.after_nanos(self.session.spec().rotate_timeout_ns);
+                if let Some(old) = self.lines.get_mut(k) {
+                    old.permanent = false;
+                    old.retiring = Some((j, deadline));
+                }
+                if let Some(new) = self.lines.get_mut(j) {
+                    new.permanent = true;
+                    // The successor takes over the slot's backoff: a rotation is not a
+                    // failure, and its attempts start from the first delay.
+                    new.backoff.reset();
+                }
+                self.open(j, now);
+            }
+            _ => {
+                // A rotation waits out the backoff like any other loss: after a healthy
+                // connection that is its first, short delay; a connection that keeps going
+                // silent backs off further each time.
+                self.close(k, now, emit);
+            }
+        }
+    }
+
+    /// Closes each connection being replaced whose successor every live symbol has linked
+    /// on, or whose overlap ran out of time.
+    fn finish_rotations(&mut self, now: Mono, emit: &mut impl Emit) {
+        for k in 0..self.lines.len() {
+            let Some((j, deadline)) = self.lines.get(k).and_then(|l| l.retiring) else {
+                continue;
+            };
+            let successor_open = self.lines.get(j).is_some_and(|l| l.link == Link::Open);
+            let linked = successor_open && self.session.all_linked(j);
+            if linked || now >= deadline {
+                if linked {
+                    self.stats.rotations_linked += 1;
+                } else {
+                    self.stats.rotations_timed_out += 1;
+                }
+                let conn = self.lines.get(k).map_or(ConnId(0), |l| l.conn);
+                self.notices.push(Notice::RotationDone {
+                    conn,
+                    linked,
+                    unlinked: self.session.unlinked_symbols(j),
+                });
+                self.close(k, now, emit);
+            }
+        }
     }
 
     /// Starts every snapshot request the session has due at `now`.
@@ -356,14 +487,18 @@ impl Venue for BinanceVenue {
         recv: Wall,
         emit: &mut E,
     ) {
-        if conn != self.conn || self.link == Link::Down {
+        let Some(k) = self.line_of(conn) else {
+            self.stats.stale_conn_events += 1;
             return;
-        }
+        };
         // The driver may hand over frames read in the same step that finished the
         // handshake, before it reports the connection open.
-        self.opened(now);
+        self.opened(k, now);
         self.session
-            .on_text(now.as_nanos(), recv.as_nanos(), frame, emit);
+            .on_link_text(k, now.as_nanos(), recv.as_nanos(), frame, emit);
+        if self.rotation_check.is_none() && self.lines.iter().any(|l| l.retiring.is_some()) {
+            self.rotation_check = Some(now);
+        }
     }
 
     fn handle_connection<E: Emit>(
@@ -373,15 +508,16 @@ impl Venue for BinanceVenue {
         event: ConnEvent<'_>,
         emit: &mut E,
     ) {
-        if conn != self.conn || self.link == Link::Down {
+        let Some(k) = self.line_of(conn) else {
             // A connection given up already (rotated, or failed before).
+            self.stats.stale_conn_events += 1;
             return;
-        }
+        };
         match event {
-            ConnEvent::Opened => self.opened(now),
+            ConnEvent::Opened => self.opened(k, now),
             ConnEvent::Alive => {
                 self.stats.alive_signals += 1;
-                self.session.on_alive(now.as_nanos());
+                self.session.on_link_alive(k, now.as_nanos());
             }
             ConnEvent::Failed {
                 stage, timed_out, ..
@@ -396,9 +532,9 @@ impl Venue for BinanceVenue {
                 if timed_out {
                     self.stats.open_timeouts += 1;
                 }
-                self.lost(now, emit);
+                self.lost(k, now, emit);
             }
-            ConnEvent::Closed(_) => self.lost(now, emit),
+            ConnEvent::Closed(_) => self.lost(k, now, emit),
         }
     }
 
@@ -440,29 +576,25 @@ impl Venue for BinanceVenue {
     }
 
     fn handle_timeout<E: Emit>(&mut self, now: Mono, emit: &mut E) {
-        if self.link == Link::Down && self.timers.is_due(VenueTimer::Reconnect, now) {
-            self.timers.stop(VenueTimer::Reconnect);
-            self.open(now);
-        }
-        if self.link == Link::Open
-            && let Some(reason) = self.session.poll_reconnect(now.as_nanos())
-        {
-            self.stats.rotations += 1;
-            let why = match reason {
-                ReconnectReason::ServerShutdown => "server shutdown notice",
-                ReconnectReason::MaxAge => "connection age",
-                ReconnectReason::Silence => "silence",
-            };
-            self.notices.push(Notice::Reconnecting {
-                conn: self.conn,
-                why,
+        for k in 0..self.lines.len() {
+            let due = self.lines.get(k).is_some_and(|l| {
+                l.link == Link::Down && l.permanent && l.reconnect_at.is_some_and(|t| t <= now)
             });
-            self.io.push_back(IoRequest::Close { conn: self.conn });
-            // A rotation waits out the backoff like any other loss: after a healthy
-            // connection that is its first, short delay; a connection that keeps going
-            // silent backs off further each time.
-            self.lost(now, emit);
+            if due {
+                self.open(k, now);
+            }
         }
+        for k in 0..self.lines.len() {
+            let open = self
+                .lines
+                .get(k)
+                .is_some_and(|l| l.link == Link::Open && l.retiring.is_none());
+            if open && let Some(reason) = self.session.poll_link_reconnect(k, now.as_nanos()) {
+                self.rotate(k, reason, now, emit);
+            }
+        }
+        self.rotation_check = None;
+        self.finish_rotations(now, emit);
         if self
             .session
             .poll_timeout()
@@ -475,7 +607,12 @@ impl Venue for BinanceVenue {
 
     fn poll_timeout(&self) -> Option<Mono> {
         let session = self.session.poll_timeout().map(Mono::from_nanos);
-        [self.timers.next(), session].into_iter().flatten().min()
+        let lines = self.lines.iter().filter_map(|l| match l.link {
+            Link::Down if l.permanent => l.reconnect_at,
+            Link::Down => None,
+            _ => l.retiring.map(|(_, t)| t),
+        });
+        lines.chain(session).chain(self.rotation_check).min()
     }
 
     fn poll_io(&mut self) -> Option<IoRequest> {
@@ -515,6 +652,12 @@ impl Venue for BinanceVenue {
             ("connects", t.connects),
             ("disconnects", t.disconnects),
             ("rotations", t.rotations),
+            ("overlapped_rotations", t.overlapped_rotations),
+            ("rotations_linked", t.rotations_linked),
+            ("rotations_timed_out", t.rotations_timed_out),
+            ("stale_conn_events", t.stale_conn_events),
+            ("open_connections", self.open_connections() as u64),
+            ("relinking_symbols", self.session.relinking_symbols() as u64),
             ("connect_errors", t.connect_errors),
             ("resolve_errors", t.resolve_errors),
             ("tcp_errors", t.tcp_errors),

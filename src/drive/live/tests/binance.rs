@@ -13,7 +13,7 @@ use crate::drive::live::{RxLoop, RxOptions, RxResult, RxShared};
 use crate::io::idle::IdleStrategy;
 use crate::publish::fanout::Fanout;
 use crate::publish::{self, Consumer, Event, StreamState};
-use crate::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle, FaultConfig};
+use crate::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle, FaultConfig, InjectionKind};
 use crate::venue::binance::{BinanceSpec, BinanceVenue, Market};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -569,4 +569,220 @@ fn a_binance_only_loop_that_blocks_wakes_at_the_venues_own_deadlines() {
         rx.poll_wait(later)
             .is_some_and(|d| d <= Duration::from_millis(100))
     );
+}
+
+/// Per symbol: what the venue did, summed over the symbols.
+fn symbol_totals(result: &RxResult, symbols: usize) -> crate::venue::binance::SymbolStats {
+    let session = result.venues[0]
+        .binance()
+        .expect("a binance venue")
+        .session();
+    let mut t = crate::venue::binance::SymbolStats::default();
+    for i in 0..symbols {
+        let s = session.stats(i);
+        t.snapshot_requests += s.snapshot_requests;
+        t.snapshots_applied += s.snapshots_applied;
+        t.resyncs += s.resyncs;
+        t.relinked += s.relinked;
+        t.relinks_failed += s.relinks_failed;
+        t.relinks_expired += s.relinks_expired;
+        t.breaks += s.breaks;
+    }
+    t
+}
+
+/// Every symbol has at least `deltas` deltas and the simulator accepted `connections`.
+fn delivered_over(
+    deltas: usize,
+    connections: u64,
+) -> impl Fn(&BTreeMap<u16, SymbolLog>, &BinanceSim) -> bool {
+    move |logs, sim| {
+        sim.stats().connections >= connections
+            && logs.len() == 2
+            && logs.values().all(|l| l.synced && l.deltas.len() >= deltas)
+    }
+}
+
+fn generated_with(style: BookStyle, faults: FaultConfig, overlap: u64) -> BinanceSim {
+    let mut cfg = BinanceSimConfig::generated(&["btcusdt", "ethusdt"], style, 200.0);
+    cfg.faults = faults;
+    cfg.reconnect_overlap = overlap;
+    BinanceSim::start(cfg).expect("sim")
+}
+
+#[test]
+fn a_dropped_connection_that_links_costs_no_snapshot_and_no_reset() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let faults = FaultConfig {
+        seed: 11,
+        disconnect_after: Some(300),
+        fault_connections: 1,
+        ..FaultConfig::default()
+    };
+    // The next connection begins 600 records (1.5 s at 400 records a second) back.
+    let sim = generated_with(BookStyle::Spot, faults, 600);
+    let (logs, result) = run(
+        &sim,
+        Market::Spot,
+        &["btcusdt", "ethusdt"],
+        Some(100),
+        |_| {},
+        delivered_over(400, 2),
+        Duration::from_secs(60),
+    );
+    let stats = sim.stats();
+    let injected = sim.injected();
+    assert_eq!(
+        injected.count(|k| matches!(k, InjectionKind::Disconnected { .. })),
+        1
+    );
+    assert_eq!(stats.connections, 2, "{stats:?}");
+    assert_eq!(
+        stats.snapshots_served, 2,
+        "one snapshot a symbol, none after the drop"
+    );
+    let t = symbol_totals(&result, 2);
+    assert_eq!(
+        (t.relinked, t.resyncs, t.snapshots_applied),
+        (2, 0, 2),
+        "{t:?}"
+    );
+    for log in logs.values() {
+        assert!(log.broken.is_empty(), "{:?}", log.broken);
+        assert_eq!((log.snapshots.len(), log.resets), (1, 0));
+        assert!(log.deltas.len() >= 400);
+    }
+}
+
+#[test]
+fn an_event_lost_between_connections_resyncs_only_its_symbol() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let faults = FaultConfig {
+        seed: 12,
+        disconnect_after: Some(300),
+        fault_connections: 1,
+        lose_on_reconnect: vec!["ETHUSDT".into()],
+        ..FaultConfig::default()
+    };
+    let sim = generated_with(BookStyle::Futures, faults, 600);
+    let (logs, result) = run(
+        &sim,
+        Market::Usdm,
+        &["btcusdt", "ethusdt"],
+        Some(100),
+        |_| {},
+        |logs, sim| {
+            delivered_over(400, 2)(logs, sim)
+                && logs.get(&1).is_some_and(|l| l.snapshots.len() >= 2)
+        },
+        Duration::from_secs(60),
+    );
+    let lost = sim
+        .injected()
+        .count(|k| matches!(k, InjectionKind::LostOnReconnect { .. }));
+    assert!(lost > 0, "the simulator withheld ethusdt's backlog");
+    let session = result.venues[0]
+        .binance()
+        .expect("a binance venue")
+        .session();
+    let (btc, eth) = (session.stats(0), session.stats(1));
+    assert_eq!(
+        (btc.relinked, btc.resyncs, btc.snapshots_applied),
+        (1, 0, 1),
+        "{btc:?}"
+    );
+    assert_eq!((eth.relinks_failed, eth.resyncs), (1, 1), "{eth:?}");
+    assert_eq!(eth.snapshots_applied, 2);
+    assert_eq!(sim.stats().snapshots_served, 3);
+    assert_eq!((logs[&0].snapshots.len(), logs[&0].resets), (1, 0));
+    assert_eq!((logs[&1].snapshots.len(), logs[&1].resets), (2, 1));
+    for log in logs.values() {
+        assert!(log.broken.is_empty(), "{:?}", log.broken);
+    }
+}
+
+#[test]
+fn a_rotation_for_age_overlaps_and_costs_no_snapshot() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Every connection begins live, as Binance's do.
+    let sim = generated_with(BookStyle::Futures, FaultConfig::default(), 0);
+    let (logs, result) = run(
+        &sim,
+        Market::Usdm,
+        &["btcusdt", "ethusdt"],
+        Some(100),
+        |s| s.ws_max_age_ns = 2_000_000_000,
+        delivered_over(200, 4),
+        Duration::from_secs(60),
+    );
+    let transport = result.venues[0]
+        .binance()
+        .expect("a binance venue")
+        .transport_stats();
+    let session = result.venues[0].binance().expect("binance").session();
+    let per: Vec<_> = (0..2).map(|i| session.stats(i)).collect();
+    assert!(transport.overlapped_rotations >= 3, "{transport:?} {per:?}");
+    // The latest rotation may still be under way when the run stops.
+    assert!(
+        transport.rotations_linked + 1 >= transport.overlapped_rotations,
+        "{transport:?}"
+    );
+    assert!(transport.rotations_linked >= 2, "{transport:?}");
+    assert_eq!(transport.rotations_timed_out, 0, "{transport:?}");
+    assert_eq!(sim.stats().snapshots_served, 2);
+    let t = symbol_totals(&result, 2);
+    assert_eq!(
+        (t.resyncs, t.snapshots_applied, t.breaks),
+        (0, 2, 0),
+        "{t:?}"
+    );
+    for log in logs.values() {
+        assert!(log.broken.is_empty(), "{:?}", log.broken);
+        assert_eq!((log.snapshots.len(), log.resets), (1, 0));
+    }
+}
+
+#[test]
+fn two_connections_ride_out_independent_drops() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Connection i drops after 300 + 250 i events: the two first ones, and their
+    // replacements, each at its own time.
+    let faults = FaultConfig {
+        seed: 13,
+        disconnect_after: Some(300),
+        disconnect_stagger: 250,
+        fault_connections: 4,
+        ..FaultConfig::default()
+    };
+    let sim = generated_with(BookStyle::Spot, faults, 0);
+    let (logs, result) = run(
+        &sim,
+        Market::Spot,
+        &["btcusdt", "ethusdt"],
+        Some(100),
+        |s| s.connections = 2,
+        |logs, sim| {
+            delivered_over(300, 5)(logs, sim)
+                && sim
+                    .injected()
+                    .count(|k| matches!(k, InjectionKind::Disconnected { .. }))
+                    >= 4
+        },
+        Duration::from_secs(60),
+    );
+    let drops = sim
+        .injected()
+        .count(|k| matches!(k, InjectionKind::Disconnected { .. }));
+    assert!(drops >= 4, "{drops}");
+    assert_eq!(sim.stats().snapshots_served, 2);
+    let t = symbol_totals(&result, 2);
+    assert_eq!(
+        (t.resyncs, t.snapshots_applied, t.breaks),
+        (0, 2, 0),
+        "{t:?}"
+    );
+    for log in logs.values() {
+        assert!(log.broken.is_empty(), "{:?}", log.broken);
+        assert_eq!((log.snapshots.len(), log.resets), (1, 0));
+    }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod capture;
+mod continuity;
 mod faults;
 mod fetching;
 mod hostile;
