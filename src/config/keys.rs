@@ -115,6 +115,7 @@ const SINK: &[(&str, Ty)] = &[
     ("keep", Int),
     ("mode", Int),
     ("group", Str),
+    ("size_bytes", Int),
 ];
 
 /// The top of the file.
