@@ -56,10 +56,21 @@ enum Command {
         /// The TOML file.
         file: PathBuf,
     },
-    /// Print a unix-socket sink's live stream as JSON lines.
+    /// Print a unix-socket sink's live stream, or a shared-memory ring, as JSON lines.
     Tail {
         /// The sink's socket path.
-        socket: PathBuf,
+        #[arg(required_unless_present = "shm", conflicts_with = "shm")]
+        socket: Option<PathBuf>,
+        /// Read the shared-memory ring at this path instead (from its oldest record).
+        #[arg(long, value_name = "PATH")]
+        shm: Option<PathBuf>,
+        /// With --shm: resume a stream (id, name or venue/stream) at an epoch and sequence;
+        /// what the ring no longer holds is reported as an overrun. Repeatable.
+        #[arg(long, value_name = "STREAM=EPOCH:SEQ", requires = "shm")]
+        from: Vec<String>,
+        /// With --shm: exit once the producer stopped and no new ring came for this long.
+        #[arg(long, value_name = "MS", requires = "shm")]
+        exit_when_closed_ms: Option<u64>,
         /// Stop after this many events.
         #[arg(long)]
         limit: Option<u64>,
@@ -243,7 +254,33 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Tail { socket, limit } => {
+        Command::Tail {
+            shm: Some(ring),
+            from,
+            exit_when_closed_ms,
+            limit,
+            ..
+        } => {
+            let options = gapless::client::shm::TailOptions {
+                limit,
+                from,
+                exit_when_closed: exit_when_closed_ms.map(std::time::Duration::from_millis),
+            };
+            let stdout = io::stdout();
+            let out = io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+            match gapless::client::shm::tail(&ring, out, &options) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Tail {
+            socket: Some(socket),
+            limit,
+            ..
+        } => {
             let stdout = io::stdout();
             match tail(&socket, stdout.lock(), limit) {
                 Ok(_) => ExitCode::SUCCESS,
@@ -252,6 +289,10 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Tail { .. } => {
+            eprintln!("error: give a SOCKET or --shm PATH");
+            ExitCode::from(2)
         }
         Command::CheckConfig { file } => {
             let checked = Config::check_file(&file);

@@ -173,7 +173,7 @@ impl<'a> Record<'a> {
     }
 }
 
-fn decode_hello(rest: &[u8]) -> Result<Vec<StreamName>, WireError> {
+pub(crate) fn decode_hello(rest: &[u8]) -> Result<Vec<StreamName>, WireError> {
     let malformed = || WireError::Malformed("hello");
     let mut cursor = Cursor(rest);
     let version = cursor.u16().ok_or_else(malformed)?;

@@ -118,6 +118,7 @@ const SINK: &[(&str, Ty)] = &[
     ("keep", Int),
     ("mode", Int),
     ("group", Str),
+    ("size_bytes", Int),
 ];
 
 /// The top of the file.

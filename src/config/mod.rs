@@ -99,7 +99,7 @@
 //!
 //! | key | kinds | allowed | default |
 //! | --- | --- | --- | --- |
-//! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"` | required |
+//! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"`, `"shm"` | required |
 //! | `path` | all | non-empty path; at most 107 bytes for `unix` | required |
 //! | `client_queue` | unix | power of two, 2..=2^24 frames | 65536 |
 //! | `mode` | unix | permission bits of the socket, 0..=0o777 (a client needs write permission) | 0o660 |
@@ -107,6 +107,7 @@
 //! | `rotate_bytes` | jsonl, pcap | 2^20..=2^40 | 1073741824 |
 //! | `rotate_secs` | jsonl | 0 (by size only) ..= 31622400 | 0 |
 //! | `keep` | jsonl | rotated files kept, `PATH.1` the newest, 0..=1000 | 10 |
+//! | `size_bytes` | shm | bytes of the ring's data region, a power of two, 2^16..=2^36 (the file adds a header page or more) | 67108864 |
 
 mod binance;
 mod channel;

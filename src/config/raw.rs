@@ -197,4 +197,5 @@ pub(super) struct RawSink {
     pub keep: Field<i64>,
     pub mode: Field<i64>,
     pub group: Field<String>,
+    pub size_bytes: Field<i64>,
 }

@@ -412,13 +412,23 @@ pub enum Sink {
         /// A file is closed and a new one started at this size.
         rotate_bytes: u64,
     },
+    /// A shared-memory ring file that reader processes map.
+    Shm {
+        /// The ring file (under a `RuntimeDirectory` or `/dev/shm`).
+        path: PathBuf,
+        /// Bytes of the ring's data region, a power of two.
+        size_bytes: u64,
+    },
 }
 
 impl Sink {
     /// The file or socket path of the sink.
     pub fn path(&self) -> &std::path::Path {
         match self {
-            Sink::Jsonl { path, .. } | Sink::Unix { path, .. } | Sink::Pcap { path, .. } => path,
+            Sink::Jsonl { path, .. }
+            | Sink::Unix { path, .. }
+            | Sink::Pcap { path, .. }
+            | Sink::Shm { path, .. } => path,
         }
     }
 }

@@ -28,6 +28,9 @@ const DEFAULT_CLIENT_QUEUE: PowerOfTwo = PowerOfTwo::pow2(16);
 /// pcap file size at which the next file starts when `rotate_bytes` is left out: 1 GiB.
 const DEFAULT_ROTATE_BYTES: u64 = 1 << 30;
 
+/// A shared-memory ring's data bytes when `size_bytes` is left out: 64 MiB.
+const DEFAULT_RING_BYTES: PowerOfTwo = PowerOfTwo::pow2(26);
+
 /// Rotated JSON-lines files kept when `keep` is left out.
 const DEFAULT_KEEP: u32 = 10;
 
@@ -43,6 +46,7 @@ keyword_enum! {
         Jsonl = "jsonl",
         Unix = "unix",
         Pcap = "pcap",
+        Shm = "shm",
     }
 }
 
@@ -225,6 +229,7 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
         SinkKind::Jsonl => "kind, path, rotate_bytes, rotate_secs, keep",
         SinkKind::Unix => "kind, path, client_queue, mode, group",
         SinkKind::Pcap => "kind, path, rotate_bytes",
+        SinkKind::Shm => "kind, path, size_bytes",
     };
     let span = |f: &Option<Spanned<i64>>, key| f.as_ref().map(|f| (key, f.span()));
     let unix_keys = [
@@ -236,19 +241,32 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
         span(&raw.rotate_secs, "rotate_secs"),
         span(&raw.keep, "keep"),
     ];
+    let ring_key = span(&raw.size_bytes, "size_bytes");
     let foreign: Vec<_> = match kind {
-        SinkKind::Jsonl => unix_keys.into_iter().flatten().collect(),
+        SinkKind::Jsonl => unix_keys.into_iter().chain([ring_key]).flatten().collect(),
         SinkKind::Unix => jsonl_keys
             .into_iter()
+            .chain([span(&raw.rotate_bytes, "rotate_bytes"), ring_key])
+            .flatten()
+            .collect(),
+        SinkKind::Pcap => unix_keys
+            .into_iter()
+            .chain(jsonl_keys)
+            .chain([ring_key])
+            .flatten()
+            .collect(),
+        SinkKind::Shm => unix_keys
+            .into_iter()
+            .chain(jsonl_keys)
             .chain([span(&raw.rotate_bytes, "rotate_bytes")])
             .flatten()
             .collect(),
-        SinkKind::Pcap => unix_keys.into_iter().chain(jsonl_keys).flatten().collect(),
     };
     for (key, span) in foreign {
         let owner = match key {
             "client_queue" | "mode" | "group" => "unix sinks",
             "rotate_bytes" => "jsonl and pcap sinks",
+            "size_bytes" => "shm sinks",
             _ => "jsonl sinks",
         };
         report.foreign_keys(&[(key, span)], path, owner, &this, allowed);
@@ -342,6 +360,18 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
             Some(Sink::Pcap {
                 path: file?,
                 rotate_bytes: rotate_bytes?,
+            })
+        }
+        SinkKind::Shm => {
+            let size = report.power_of_two(
+                &raw.size_bytes,
+                &path.key("size_bytes"),
+                1 << 16..=1 << 36,
+                DEFAULT_RING_BYTES,
+            );
+            Some(Sink::Shm {
+                path: file?,
+                size_bytes: size?.get() as u64,
             })
         }
     }

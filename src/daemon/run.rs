@@ -43,6 +43,7 @@ use crate::publish::wire::StreamName;
 use crate::publish::{Consumer, Producer, channel};
 use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle, Rotation};
 use crate::sinks::pcap::PcapSinkHandle;
+use crate::sinks::shm::ShmSink;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle, set_access};
 use crate::venue::{AnyVenue, BuildError, Venue as _};
 
@@ -175,6 +176,7 @@ impl Daemon {
         let mut jsonl = Vec::new();
         let mut unix = Vec::new();
         let mut recorder = None;
+        let mut rings = Vec::new();
         for sink in &self.config.sinks {
             match sink {
                 Sink::Jsonl {
@@ -242,6 +244,24 @@ impl Daemon {
                     }
                     unix.push(handle);
                 }
+                Sink::Shm { path, size_bytes } => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    let table: Vec<StreamName> = stream_ids(streams)
+                        .map(|id| {
+                            let (venue, stream) = names.get(id);
+                            StreamName::new(venue, stream)
+                        })
+                        .collect();
+                    let ring = ShmSink::create(path, *size_bytes, &table).map_err(|e| {
+                        DaemonError::Sink {
+                            path: path.clone(),
+                            source: Box::new(e),
+                        }
+                    })?;
+                    rings.push(ring);
+                }
                 Sink::Pcap { path, rotate_bytes } => {
                     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                         let _ = std::fs::create_dir_all(dir);
@@ -294,7 +314,9 @@ impl Daemon {
             chaos,
             ..RxOptions::default()
         };
-        let fanout = Fanout::new(producers).with_metrics(stream_metrics);
+        let fanout = Fanout::new(producers)
+            .with_metrics(stream_metrics)
+            .with_rings(rings);
         let mut rx_loop = RxLoop::new(venues, fanout, options, shared.clone())?;
         let (tap, pcap) = match recorder {
             Some((tap, handle)) => (Some(tap), Some(handle)),

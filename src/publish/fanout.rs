@@ -6,11 +6,14 @@ use std::sync::Arc;
 use crate::metrics::StreamMetrics;
 use crate::publish::run::MessageRun;
 use crate::publish::{Event, Producer, Pushed};
+use crate::sinks::shm::ShmSink;
 use crate::venue::Emit;
 
 /// Consumer queues fed by the rx thread, and what it measured while feeding them.
 pub struct Fanout {
     producers: Vec<Producer>,
+    /// Shared-memory rings, written in place: they never drop an event.
+    rings: Vec<ShmSink>,
     /// Per-stream metrics (hand-off latency), by consumer stream id.
     stream_metrics: Vec<Arc<StreamMetrics>>,
     /// Wall-clock nanoseconds of the current batch, for hand-off latency.
@@ -26,6 +29,7 @@ impl Fanout {
     pub fn new(producers: Vec<Producer>) -> Self {
         Self {
             producers,
+            rings: Vec::new(),
             stream_metrics: Vec::new(),
             now_realtime_ns: 0,
             delivered: 0,
@@ -36,6 +40,12 @@ impl Fanout {
     /// Also records each stream's hand-off latency into its metrics (by stream id).
     pub fn with_metrics(mut self, stream_metrics: Vec<Arc<StreamMetrics>>) -> Self {
         self.stream_metrics = stream_metrics;
+        self
+    }
+
+    /// Also writes every event into these shared-memory rings.
+    pub fn with_rings(mut self, rings: Vec<ShmSink>) -> Self {
+        self.rings = rings;
         self
     }
 
@@ -80,6 +90,9 @@ impl Emit for Fanout {
             self.delivered += 1;
             self.record_handoff(event.stream(), recv_ns, 1);
         }
+        for ring in &mut self.rings {
+            ring.write(event);
+        }
         for p in &mut self.producers {
             if p.push(event) == Pushed::Dropped {
                 self.dropped += 1;
@@ -93,6 +106,9 @@ impl Emit for Fanout {
         let count = u64::from(run.count());
         self.delivered += count;
         self.record_handoff(run.stream(), run.recv_ns(), count);
+        for ring in &mut self.rings {
+            ring.write_run(run);
+        }
         for p in &mut self.producers {
             // A run longer than a queue goes into it message by message, and only some
             // may be dropped: count what the queue counted.

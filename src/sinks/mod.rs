@@ -5,11 +5,13 @@
 //!   format: [`crate::publish::wire`]).
 //! - [`jsonl`]: a JSON-lines file writer.
 //! - [`pcap`]: a recorder of the datagrams the rx thread received.
+//! - [`shm`]: a shared-memory ring the rx thread writes and reader processes read.
 //!
 //! [`publish::channel`]: crate::publish::channel
 
 pub mod jsonl;
 pub mod pcap;
+pub mod shm;
 pub mod unix;
 
 #[cfg(test)]
