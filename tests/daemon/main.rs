@@ -12,6 +12,7 @@
 mod binance_cli;
 mod logs;
 mod run;
+mod shm;
 mod top;
 
 use std::os::unix::net::UnixDatagram;

@@ -4,7 +4,7 @@
 use crate::publish::StreamState as Published;
 use crate::sequencer::StreamState;
 
-use super::super::ReconnectReason;
+use super::super::{BinanceSpec, ReconnectReason};
 use super::capture::{Answer, Capture, Driver, Input, captures_dir, depth_ids, load_cryptofeed};
 use super::{Got, check_consumer, snapshot_body};
 
@@ -50,7 +50,17 @@ fn busiest(c: &Capture) -> (usize, String) {
 
 /// Replays `inputs` of `c` (connecting first) with synthetic answers to later requests.
 fn replay(c: &Capture, inputs: &[Input], setup: impl FnOnce(&mut Driver)) -> Driver {
-    let mut d = Driver::new(Driver::spec_for(c));
+    replay_with(c, Driver::spec_for(c), inputs, setup)
+}
+
+/// [`replay`] with a spec of the caller's.
+fn replay_with(
+    c: &Capture,
+    spec: BinanceSpec,
+    inputs: &[Input],
+    setup: impl FnOnce(&mut Driver),
+) -> Driver {
+    let mut d = Driver::new(spec);
     d.synthetic = true;
     setup(&mut d);
     d.step(&Input::Connect {
@@ -244,11 +254,13 @@ fn a_418_pauses_the_venue_for_the_ban() {
 }
 
 #[test]
-fn a_disconnect_resyncs_every_symbol() {
+fn without_a_relink_wait_a_disconnect_resyncs_every_symbol() {
     for c in recordings() {
         let mid = c.inputs.len() / 2;
         let t = c.inputs[mid].time();
-        let mut d = replay(&c, &c.inputs[..mid], |_| {});
+        let mut spec = Driver::spec_for(&c);
+        spec.relink_timeout_ns = 0;
+        let mut d = replay_with(&c, spec, &c.inputs[..mid], |_| {});
         let n = c.symbols.len();
         assert!((0..n).all(|s| d.session.state(s) == StreamState::Synced));
         d.step(&Input::Disconnect { t });
@@ -269,6 +281,39 @@ fn a_disconnect_resyncs_every_symbol() {
             assert_eq!((stats.resyncs, stats.breaks), (1, 0), "{} {s}", c.name);
             assert_eq!((stats.snapshot_requests, stats.snapshots_applied), (2, 2));
         }
+        assert_eq!(d.session.venue_stats().disconnects, 1);
+    }
+}
+
+/// On the real recordings, a connection lost and replaced with nothing missed in between:
+/// every symbol's next event links to its last, so no symbol resyncs and consumers see no
+/// reset.
+#[test]
+fn a_disconnect_whose_next_events_link_keeps_every_symbol() {
+    for c in recordings() {
+        let mid = c.inputs.len() / 2;
+        let t = c.inputs[mid].time();
+        let mut d = replay(&c, &c.inputs[..mid], |_| {});
+        let n = c.symbols.len();
+        d.step(&Input::Disconnect { t });
+        assert!(!d.session.is_connected());
+        assert_eq!(d.session.relinking_symbols(), n, "{}", c.name);
+        for s in 0..n {
+            let stream = d.session.stream_id(s);
+            assert_eq!(d.session.state(s), StreamState::Synced, "{} {s}", c.name);
+            assert_eq!(d.sink.states(stream, Published::ResetRequired), 0);
+        }
+        d.step(&Input::Connect { t });
+        d.run(&c.inputs[mid..]);
+        check_consumer(&d.sink.got, c.market.is_linked()).unwrap();
+        for s in 0..n {
+            let stats = d.session.stats(s);
+            assert_eq!(d.session.state(s), StreamState::Synced, "{} {s}", c.name);
+            assert_eq!((stats.resyncs, stats.breaks), (0, 0), "{} {s}", c.name);
+            assert_eq!(stats.relinked, 1, "{} {s}", c.name);
+            assert_eq!((stats.snapshot_requests, stats.snapshots_applied), (1, 1));
+        }
+        assert_eq!(d.session.relinking_symbols(), 0);
         assert_eq!(d.session.venue_stats().disconnects, 1);
     }
 }
@@ -298,10 +343,8 @@ fn silence_and_server_shutdown_ask_for_a_new_connection() {
         assert!((0..c.symbols.len()).all(|s| d.session.state(s) == StreamState::Synced));
         let end = c.inputs.last().unwrap().time();
         d.step(&Input::Disconnect { t: end });
-        assert_eq!(
-            d.session.poll_reconnect(end),
-            Some(ReconnectReason::ServerShutdown)
-        );
+        // A closed connection is replaced for being closed: the announced reason is spent.
+        assert_eq!(d.session.poll_reconnect(end), None);
         d.step(&Input::Connect { t: end });
         assert_eq!(d.session.poll_reconnect(end), None);
     }
