@@ -69,13 +69,13 @@ fn seqs(seen: &[(u64, Seen)]) -> Vec<u64> {
 
 mod memory {
     use super::*;
-    use crate::sinks::shm::tests::heap_ring;
+    use crate::sinks::shm::tests::{RING, heap_ring};
 
     const EPOCH: u64 = 7 << crate::sinks::shm::ring::EPOCH_RESET_BITS;
 
     #[test]
     fn a_lapped_reader_gets_the_exact_lost_range_then_the_rest_in_order() {
-        let (mut w, mem, _) = heap_ring(1 << 16, 2);
+        let (mut w, mem, _) = heap_ring(RING, 2);
         let mut r = ShmReader::from_memory(mem).unwrap();
         for seq in 1..=10 {
             w.write(&message(0, seq));
@@ -83,7 +83,7 @@ mod memory {
         }
         assert_eq!(seqs(&read_all(&mut r, 100)).len(), 20);
         // Far more than the ring holds, while the reader sleeps.
-        let last = 4_000;
+        let last = if cfg!(miri) { 150 } else { 4_000 };
         for seq in 11..=last {
             w.write(&message(0, seq));
             w.write(&message(1, seq));
@@ -123,7 +123,7 @@ mod memory {
 
     #[test]
     fn a_cursor_replays_what_the_ring_holds_from_there_and_nothing_before() {
-        let (mut w, mem, _) = heap_ring(1 << 16, 1);
+        let (mut w, mem, _) = heap_ring(4 * RING, 1);
         for seq in 1..=100 {
             w.write(&message(0, seq));
         }
@@ -150,8 +150,9 @@ mod memory {
 
     #[test]
     fn a_cursor_past_what_the_ring_holds_gets_an_explicit_gap() {
-        let (mut w, mem, _) = heap_ring(1 << 16, 1);
-        for seq in 1..=3000 {
+        let (mut w, mem, _) = heap_ring(RING, 1);
+        let last = if cfg!(miri) { 200 } else { 3_000 };
+        for seq in 1..=last {
             w.write(&message(0, seq));
         }
         let mut r = ShmReader::from_memory(mem.clone()).unwrap();
@@ -164,7 +165,7 @@ mod memory {
         let Seen::O(0, 5, to, 0) = seen[0].1 else {
             panic!("{:?}", seen[0]);
         };
-        assert_eq!(seqs(&seen), (to + 1..=3000).collect::<Vec<_>>());
+        assert_eq!(seqs(&seen), (to + 1..=last).collect::<Vec<_>>());
         // A cursor of an older epoch: the rest of that epoch is lost, said with to = MAX.
         let mut old = ShmReader::from_memory(mem).unwrap();
         old.set_cursor(Cursor {
