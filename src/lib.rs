@@ -34,7 +34,7 @@ pub mod venue;
 /// surface. Anything here may change or go without notice.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::io::batch::RecvBatch;
+    pub use crate::io::batch::{RecvBatch, enable_kernel_timestamps};
     pub use crate::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
     pub use crate::publish::fanout::Fanout;
 }
