@@ -319,7 +319,7 @@ path = "{ring}"
 [[sink]]
 kind = "unix"
 path = "{sock}"
-client_queue = 67108864
+client_queue = 1048576
 "#,
             metrics = free_port(),
             rerequest = sim.rerequest_addr(),
@@ -329,6 +329,8 @@ client_queue = 67108864
     )
     .unwrap();
     let notify_path = dir.join("notify.sock");
+    // The previous run's socket, if there was one; absent is as good as removed.
+    let _ = std::fs::remove_file(&notify_path);
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify
         .set_read_timeout(Some(Duration::from_secs(30)))
