@@ -260,6 +260,7 @@ impl Daemon {
                             source: Box::new(e),
                         }
                     })?;
+                    registry.add_ring(&path.display().to_string(), ring.counters());
                     rings.push(ring);
                 }
                 Sink::Pcap { path, rotate_bytes } => {

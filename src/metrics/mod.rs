@@ -51,6 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::publish::{QueueStats, StreamState};
+use crate::sinks::shm::ShmCounters;
 use exposition::{Family, Kind, Value};
 
 pub use counters::{ProcessMetrics, Series, SeriesKind, StreamMetrics, StreamSample, unix_now_ns};
@@ -81,6 +82,7 @@ pub struct Registry {
     streams: Mutex<Vec<StreamEntry>>,
     venues: Mutex<Vec<(String, Arc<VenueMetrics>)>>,
     consumers: Mutex<Vec<ConsumerEntry>>,
+    rings: Mutex<Vec<(String, Arc<ShmCounters>)>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
     exporter: Arc<ExporterStats>,
@@ -113,6 +115,7 @@ impl Registry {
             streams: Mutex::new(Vec::new()),
             venues: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
+            rings: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
             exporter: Arc::new(ExporterStats::default()),
@@ -150,6 +153,11 @@ impl Registry {
             name: escape_label(name),
             stats,
         });
+    }
+
+    /// Registers a shared-memory ring, by path, for its records, bytes and refusals.
+    pub fn add_ring(&self, path: &str, counters: Arc<ShmCounters>) {
+        lock(&self.rings).push((escape_label(path), counters));
     }
 
     /// Each consumer's name (as in its metric labels) and the events its queue had no room
@@ -226,6 +234,7 @@ impl Registry {
         let mut families = stream_families(&lock(&self.streams));
         families.extend(venue_families(&lock(&self.venues)));
         families.extend(consumer_families(&lock(&self.consumers)));
+        families.extend(ring_families(&lock(&self.rings)));
 
         let mut cycle = Family::new(
             "gapless_rx_cycle_seconds",
@@ -411,6 +420,49 @@ fn consumer_families(consumers: &[ConsumerEntry]) -> Vec<Family> {
             for entry in consumers {
                 let labels = vec![("consumer", entry.name.clone())];
                 family.push(labels, Value::Int(read(&entry.stats)));
+            }
+            family
+        })
+        .collect()
+}
+
+fn ring_families(rings: &[(String, Arc<ShmCounters>)]) -> Vec<Family> {
+    type Read = fn(&ShmCounters) -> u64;
+    let series: [(&'static str, &'static str, Kind, Read); 4] = [
+        (
+            "gapless_shm_records_total",
+            "Records written into the shared-memory ring.",
+            Kind::Counter,
+            ShmCounters::records,
+        ),
+        (
+            "gapless_shm_written_bytes_total",
+            "Bytes written into the shared-memory ring, padding included.",
+            Kind::Counter,
+            ShmCounters::bytes,
+        ),
+        (
+            "gapless_shm_too_long_total",
+            "Events too long for a record of the ring, written as overrun markers.",
+            Kind::Counter,
+            ShmCounters::too_long,
+        ),
+        (
+            "gapless_shm_capacity_bytes",
+            "Data bytes of the shared-memory ring.",
+            Kind::Gauge,
+            ShmCounters::capacity,
+        ),
+    ];
+    if rings.is_empty() {
+        return Vec::new();
+    }
+    series
+        .into_iter()
+        .map(|(name, help, kind, read)| {
+            let mut family = Family::new(name, help, kind);
+            for (path, counters) in rings {
+                family.push(vec![("ring", path.clone())], Value::Int(read(counters)));
             }
             family
         })

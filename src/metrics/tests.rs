@@ -361,8 +361,35 @@ fn busy_registry() -> Arc<Registry> {
     }
     let (producer, _consumer) = channel(4096, 2);
     registry.add_consumer("unix", Arc::clone(producer.stats()));
+    registry.add_ring("/run/gapless/a.ring", ring_with_three_records());
     registry.process().mark_alive_now();
     registry
+}
+
+/// The counters of a real ring that took three messages (its file is gone, its mapping
+/// stays).
+fn ring_with_three_records() -> Arc<crate::sinks::shm::ShmCounters> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "gapless-metrics-ring-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let names = [crate::publish::wire::StreamName::new("nasdaq", "itch-a")];
+    let mut ring = crate::sinks::shm::ShmSink::create(&path, 1 << 16, &names).expect("ring");
+    std::fs::remove_file(&path).expect("remove the ring file");
+    for seq in 1..=3 {
+        ring.write(&crate::publish::Event::Message {
+            stream: 0,
+            seq,
+            recv_ns: 1,
+            snapshot: false,
+            payload: b"abc",
+        });
+    }
+    ring.publish_stats();
+    ring.counters()
 }
 
 fn idle_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
@@ -497,6 +524,8 @@ fn promtool_accepts_a_real_scrape() {
     assert_eq!(status, 200);
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
     assert!(body.contains(r#"gapless_consumer_overruns_total{consumer="unix"} 0"#));
+    assert!(body.contains(r#"gapless_shm_records_total{ring="/run/gapless/a.ring"} 3"#));
+    assert!(body.contains(r#"gapless_shm_capacity_bytes{ring="/run/gapless/a.ring"} 65536"#));
     assert!(body.contains(r#"gapless_truncated_packets_total{venue="nasdaq",stream="itch-a"} 1"#));
     let (code, output) = run_promtool(promtool, &["check", "metrics"], &body);
     assert_eq!(code, Some(0), "promtool check metrics:\n{output}");

@@ -52,10 +52,20 @@ impl Fanout {
     /// Sets the wall-clock time used for the latency of what is handed off next.
     pub fn set_now(&mut self, realtime_ns: u64) {
         self.now_realtime_ns = realtime_ns;
+        self.publish_ring_stats();
     }
 
-    /// Writes pending overrun markers where room allows (call when idle).
+    /// Publishes each ring's counters for the metrics exporter.
+    fn publish_ring_stats(&mut self) {
+        for ring in &mut self.rings {
+            ring.publish_stats();
+        }
+    }
+
+    /// Writes pending overrun markers where room allows, and publishes the rings' counters
+    /// (call when idle).
     pub fn flush_overruns(&mut self) {
+        self.publish_ring_stats();
         for p in &mut self.producers {
             p.flush_overrun();
         }

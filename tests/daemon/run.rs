@@ -74,7 +74,7 @@ fn start_daemon(config: &Path, dir: &Path) -> Child {
     crate::start_daemon_with(config, dir, Stdio::inherit(), None)
 }
 
-fn http_get(port: u16, path: &str) -> String {
+pub(crate) fn http_get(port: u16, path: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

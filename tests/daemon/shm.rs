@@ -31,7 +31,13 @@ fn ring_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn config_text(group: SocketAddrV4, sim: &MoldSim, ring: &Path, size_bytes: u64) -> String {
+fn config_text(
+    group: SocketAddrV4,
+    sim: &MoldSim,
+    ring: &Path,
+    size_bytes: u64,
+    metrics: u16,
+) -> String {
     format!(
         r#"
 [daemon]
@@ -64,7 +70,6 @@ size_bytes = {size_bytes}
         rerequest = sim.rerequest_addr(),
         snapshot = sim.snapshot_addr(),
         ring = ring.display(),
-        metrics = free_port(),
     )
 }
 
@@ -259,7 +264,11 @@ fn readers_in_other_processes_follow_the_ring_through_loss_laps_kills_and_a_rest
     let config = dir.join("gapless.toml");
     // 64 MiB: more than half the run for the fast readers, less than all of it, so a reader
     // that stops reading is lapped.
-    std::fs::write(&config, config_text(group, &sim, &ring, 1 << 26)).unwrap();
+    std::fs::write(
+        &config,
+        config_text(group, &sim, &ring, 1 << 26, free_port()),
+    )
+    .unwrap();
     let mut daemon = crate::start_daemon_with(&config, &dir, Stdio::inherit(), None);
 
     let fast = Reader::tail(&ring, None, false);
@@ -375,7 +384,8 @@ fn the_python_reader_prints_what_tail_prints() {
     };
     let mut sim = MoldSim::start(cfg).unwrap();
     let config = dir.join("gapless.toml");
-    std::fs::write(&config, config_text(group, &sim, &ring, 1 << 24)).unwrap();
+    let metrics = free_port();
+    std::fs::write(&config, config_text(group, &sim, &ring, 1 << 24, metrics)).unwrap();
     let mut daemon = crate::start_daemon_with(&config, &dir, Stdio::inherit(), None);
     sim.wait(Duration::from_secs(60)).unwrap();
 
@@ -401,6 +411,31 @@ fn the_python_reader_prints_what_tail_prints() {
         lines[..=end].iter().map(|l| json(l)).collect()
     };
     assert_eq!(values(&python), values(&tail));
+    // The ring's counters are scraped: every message was a record, none was refused. The
+    // rx thread publishes them once a batch and when idle, so the scrape may be a batch
+    // behind the readers: scraped again until it has caught up, for at most 5 s.
+    let sample = |body: &str, name: &str| -> u64 {
+        let prefix = format!("{name}{{ring=\"{}\"}} ", ring.display());
+        body.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {body}"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let body = loop {
+        let body = crate::run::http_get(metrics, "/metrics");
+        if sample(&body, "gapless_shm_records_total") >= 20_000
+            || std::time::Instant::now() > deadline
+        {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let sample = |name: &str| sample(&body, name);
+    assert!(sample("gapless_shm_records_total") >= 20_000);
+    assert!(sample("gapless_shm_written_bytes_total") > 20_000 * 32);
+    assert_eq!(sample("gapless_shm_too_long_total"), 0);
+    assert_eq!(sample("gapless_shm_capacity_bytes"), 1 << 24);
     sigterm(&mut daemon);
     drop(sim);
     // Cleanup of the test's own directory; a leftover does no harm.

@@ -70,7 +70,11 @@ fn the_shm_producer_allocates_nothing_per_event() {
         stats.tail > 40 * (1 << 16),
         "lapped the ring many times: {stats:?}"
     );
-    assert_eq!(after - before, 0, "allocations in 20,000 rounds of 16 events");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations in 20,000 rounds of 16 events"
+    );
     drop(sink);
     std::fs::remove_dir_all(&dir).unwrap();
 }

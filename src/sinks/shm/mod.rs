@@ -89,6 +89,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapRaw;
@@ -105,6 +106,41 @@ pub use ring::{RecordHeader, WriterStats, is_sequenced, next_after};
 pub struct ShmSink {
     writer: RingWriter,
     path: PathBuf,
+    counters: Arc<ShmCounters>,
+    /// `too_long` when it was last logged: a line each time the count doubles.
+    too_long_logged: u64,
+}
+
+/// What a ring's producer has written, published by the rx thread once a batch (relaxed
+/// stores) for the metrics exporter to read.
+#[derive(Debug, Default)]
+pub struct ShmCounters {
+    records: AtomicU64,
+    bytes: AtomicU64,
+    too_long: AtomicU64,
+    capacity: u64,
+}
+
+impl ShmCounters {
+    /// Records written (padding not counted).
+    pub fn records(&self) -> u64 {
+        self.records.load(Ordering::Relaxed)
+    }
+
+    /// Bytes published into the ring since its start, padding included.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Events too long for a record, written as an overrun marker of their sequences.
+    pub fn too_long(&self) -> u64 {
+        self.too_long.load(Ordering::Relaxed)
+    }
+
+    /// Data bytes of the ring.
+    pub const fn capacity(&self) -> u64 {
+        self.capacity
+    }
 }
 
 /// The hello body of the wire format, without its length prefix: the ring's name table.
@@ -171,6 +207,11 @@ impl ShmSink {
         Ok(Self {
             writer: RingWriter::new(mem, &geometry, streams.len()),
             path: path.to_path_buf(),
+            counters: Arc::new(ShmCounters {
+                capacity,
+                ..ShmCounters::default()
+            }),
+            too_long_logged: 0,
         })
     }
 
@@ -189,6 +230,31 @@ impl ShmSink {
     /// What was written.
     pub const fn stats(&self) -> WriterStats {
         self.writer.stats()
+    }
+
+    /// The counters [`publish_stats`](Self::publish_stats) keeps up to date.
+    pub fn counters(&self) -> Arc<ShmCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Publishes what was written to [`counters`](Self::counters) (three relaxed stores),
+    /// and says in the log when more events were too long for a record (a line each time
+    /// their count doubles).
+    pub fn publish_stats(&mut self) {
+        let stats = self.writer.stats();
+        let c = &self.counters;
+        c.records.store(stats.records, Ordering::Relaxed);
+        c.bytes.store(stats.tail, Ordering::Relaxed);
+        c.too_long.store(stats.too_long, Ordering::Relaxed);
+        if stats.too_long > 0 && stats.too_long >= self.too_long_logged.saturating_mul(2) {
+            self.too_long_logged = stats.too_long;
+            crate::log_warn!(
+                "shm ring {}: {} events too long for a record, written as overrun markers \
+                 (raise size_bytes: a record holds at most a quarter of the ring, 4 MiB at most)",
+                self.path.display(),
+                stats.too_long
+            );
+        }
     }
 
     /// The file's path.
