@@ -882,6 +882,7 @@ pub fn udp_session(data: &[u8]) {
                     _ => FetchReply::Http {
                         status: 200,
                         retry_after_secs: None,
+                        used_weight: None,
                         body: b"{}",
                     },
                 };
@@ -1159,14 +1160,16 @@ pub fn binance_session(data: &[u8]) {
                         FetchReply::Http {
                             status: 200,
                             retry_after_secs: None,
+                            used_weight: Some(u32::from(s.u8()) * 30),
                             body: body.as_bytes(),
                         }
                     }
                     2 => {
                         let len = usize::from(s.u16() % 8192);
                         FetchReply::Http {
-                            status: [200, 429, 418, 500][usize::from(s.u8() % 4)],
+                            status: [200, 429, 418, 500, 403, 400][usize::from(s.u8() % 6)],
                             retry_after_secs: Some(u64::from(s.u8())),
+                            used_weight: None,
                             body: s.bytes(len),
                         }
                     }

@@ -127,7 +127,9 @@ venue_series! {
     QuietSymbols "quiet_symbols": Gauge "gapless_venue_quiet_symbols"
         "Symbols with no event for the quiet period on a live connection.";
     SnapshotWeightUsed "snapshot_weight_used": Gauge "gapless_venue_snapshot_weight_used"
-        "REST request weight spent on snapshots in the last minute.";
+        "REST request weight of the last minute: this venue's snapshots, or the venue's own count for the IP when larger.";
+    SymbolsGivenUp "symbols_given_up": Gauge "gapless_venue_symbols_given_up"
+        "Symbols whose snapshot is no longer requested after permanent errors (an invalid symbol); they stay reset_required.";
 }
 
 /// The values of one venue, shared by the rx thread (writer) and the exporter.

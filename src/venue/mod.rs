@@ -325,6 +325,9 @@ pub enum FetchReply<'a> {
         status: u16,
         /// Its `Retry-After` header in seconds, when present.
         retry_after_secs: Option<u64>,
+        /// Its `X-MBX-USED-WEIGHT-1M` header: the request weight the venue counts for this
+        /// IP in the current minute, every client of the IP included.
+        used_weight: Option<u32>,
         /// Its body.
         body: &'a [u8],
     },

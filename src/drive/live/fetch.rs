@@ -50,6 +50,7 @@ pub(super) enum Outcome {
     Http {
         status: u16,
         retry_after_secs: Option<u64>,
+        used_weight: Option<u32>,
         body: Vec<u8>,
     },
     Message(Vec<u8>),
@@ -66,10 +67,12 @@ impl Outcome {
             Self::Http {
                 status,
                 retry_after_secs,
+                used_weight,
                 body,
             } => FetchReply::Http {
                 status: *status,
                 retry_after_secs: *retry_after_secs,
+                used_weight: *used_weight,
                 body,
             },
             Self::Message(m) => FetchReply::Message(m),
@@ -215,6 +218,7 @@ impl FetchService {
                     Ok(response) => Outcome::Http {
                         status: response.status,
                         retry_after_secs: response.retry_after_secs,
+                        used_weight: response.used_weight,
                         body: response.body,
                     },
                     Err(e) => Outcome::Failed(format!("GET {}: {e}", w.base)),

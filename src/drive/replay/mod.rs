@@ -323,6 +323,7 @@ fn http_ok(body: &[u8]) -> FetchReply<'_> {
     FetchReply::Http {
         status: 200,
         retry_after_secs: None,
+        used_weight: None,
         body,
     }
 }

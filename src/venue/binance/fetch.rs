@@ -1,5 +1,10 @@
 //! Snapshot scheduling: which symbol is fetched next, and when, within the concurrency limit,
-//! the request-weight budget and the pauses that 429 and 418 answers impose on the venue.
+//! the request-weight budget and the pauses that 429, 418 and 403 answers impose on the venue.
+//!
+//! The budget is kept against the larger of two counts: the weight of this venue's own
+//! requests in the last minute, and the venue's own count for the IP
+//! (`X-MBX-USED-WEIGHT-1M` in its last answer, plus what was sent since), which includes
+//! every other client on the IP: another venue of this daemon, or another process.
 
 use std::collections::VecDeque;
 
@@ -11,6 +16,10 @@ pub(crate) const MINUTE_NS: u64 = 60_000_000_000;
 /// Longest pause a `Retry-After` can impose (Binance bans last 2 minutes to 3 days).
 const MAX_HOLD_NS: u64 = 3 * 24 * 3600 * 1_000_000_000;
 
+/// Answers in a row with a permanent error (a 4xx other than 429, 418 and 403, such as an
+/// invalid symbol) after which a symbol's snapshot is no longer requested.
+pub(crate) const MAX_PERMANENT_ERRORS: u32 = 3;
+
 /// The fetch state of one symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fetch {
@@ -20,6 +29,9 @@ enum Fetch {
     Wanted { since: u64, not_before: u64 },
     /// Requested at `since`.
     Inflight { since: u64 },
+    /// Given up after [`MAX_PERMANENT_ERRORS`] permanent errors in a row: never requested
+    /// again.
+    GivenUp,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +39,8 @@ struct Slot {
     fetch: Fetch,
     /// Failures in a row, for the retry delay.
     failures: u32,
+    /// Permanent errors in a row.
+    permanent: u32,
 }
 
 /// Decides when each symbol's snapshot is requested.
@@ -43,6 +57,9 @@ pub(crate) struct Fetcher {
     hold_until: u64,
     /// 429 answers in a row.
     rate_limited: u32,
+    /// The venue's own count of the IP's weight: `(seen at, weight)` from the last answer
+    /// that carried it.
+    venue_count: Option<(u64, u32)>,
     backoff: SnapshotBackoff,
     timeout_ns: u64,
 }
@@ -60,6 +77,7 @@ impl Fetcher {
         let idle = Slot {
             fetch: Fetch::Idle,
             failures: 0,
+            permanent: 0,
         };
         let per_minute = (budget / weight.max(1)) as usize + 2;
         Self {
@@ -71,37 +89,66 @@ impl Fetcher {
             inflight: 0,
             hold_until: 0,
             rate_limited: 0,
+            venue_count: None,
             backoff,
             timeout_ns,
         }
     }
 
-    /// Weight spent in the minute before `now`.
+    /// Weight spent in the minute before `now`: the larger of this venue's own requests
+    /// and the venue's count for the IP (while that count is less than a minute old).
     pub(crate) fn used(&self, now: u64) -> u32 {
-        self.ledger
+        let live = |t: u64| t.saturating_add(MINUTE_NS) > now;
+        let own = self
+            .ledger
             .iter()
-            .filter(|(t, _)| t.saturating_add(MINUTE_NS) > now)
-            .fold(0u32, |sum, (_, w)| sum.saturating_add(*w))
+            .filter(|(t, _)| live(*t))
+            .fold(0u32, |sum, (_, w)| sum.saturating_add(*w));
+        let counted = self
+            .venue_count
+            .filter(|(at, _)| live(*at))
+            .map_or(0, |(at, used)| {
+                self.ledger
+                    .iter()
+                    .filter(|(t, _)| *t > at)
+                    .fold(used, |sum, (_, w)| sum.saturating_add(*w))
+            });
+        own.max(counted)
     }
 
-    /// The earliest time from `now` on when one more request fits the budget.
+    /// The venue's own count of the IP's weight, `used` at `now` (its
+    /// `X-MBX-USED-WEIGHT-1M`). The latest answer counts: the venue's minute may have
+    /// turned since an earlier one.
+    pub(crate) fn observe_used_weight(&mut self, used: u32, now: u64) {
+        self.venue_count = Some((now, used));
+    }
+
+    /// Whether one more request fits the budget at `t`.
+    fn fits_at(&self, t: u64) -> bool {
+        let used = self.used(t);
+        used == 0 || used.saturating_add(self.weight) <= self.budget
+    }
+
+    /// The earliest time from `now` on when one more request fits the budget: now, or when
+    /// enough of the ledger or the venue's count has aged out of the minute.
     fn weight_free_at(&self, now: u64) -> u64 {
-        let mut used = self.used(now);
-        let fits = |used: u32| used == 0 || used.saturating_add(self.weight) <= self.budget;
-        if fits(used) {
+        if self.fits_at(now) {
             return now;
         }
-        for &(t, w) in &self.ledger {
-            let expires = t.saturating_add(MINUTE_NS);
-            if expires <= now {
-                continue;
-            }
-            used = used.saturating_sub(w);
-            if fits(used) {
-                return expires;
+        let expiries = self
+            .ledger
+            .iter()
+            .map(|(t, _)| *t)
+            .chain(self.venue_count.map(|(at, _)| at))
+            .map(|t| t.saturating_add(MINUTE_NS))
+            .filter(|&e| e > now);
+        let mut best: Option<u64> = None;
+        for e in expiries {
+            if best.is_none_or(|b| e < b) && self.fits_at(e) {
+                best = Some(e);
             }
         }
-        now
+        best.unwrap_or(now)
     }
 
     /// Marks whether `symbol` needs a snapshot. A request in flight is left alone.
@@ -164,8 +211,32 @@ impl Fetcher {
     pub(crate) fn succeeded(&mut self, symbol: usize) {
         if let Some(slot) = self.slots.get_mut(symbol) {
             slot.failures = 0;
+            slot.permanent = 0;
         }
         self.rate_limited = 0;
+    }
+
+    /// The request of `symbol` got a permanent error at `now` (an invalid symbol, say): it
+    /// backs off like any failure, and after [`MAX_PERMANENT_ERRORS`] in a row it is given up.
+    /// Returns whether it was given up now.
+    pub(crate) fn refused_for_good(&mut self, symbol: usize, needed: bool, now: u64) -> bool {
+        let Some(slot) = self.slots.get_mut(symbol) else {
+            return false;
+        };
+        slot.permanent = slot.permanent.saturating_add(1);
+        if slot.permanent >= MAX_PERMANENT_ERRORS {
+            slot.fetch = Fetch::GivenUp;
+            return true;
+        }
+        self.failed(symbol, needed, now);
+        false
+    }
+
+    /// Whether `symbol`'s snapshot is no longer requested.
+    pub(crate) fn given_up(&self, symbol: usize) -> bool {
+        self.slots
+            .get(symbol)
+            .is_some_and(|s| s.fetch == Fetch::GivenUp)
     }
 
     /// The request of `symbol` failed at `now`: retry after a doubling delay, if still needed.
@@ -174,6 +245,9 @@ impl Fetcher {
         let Some(slot) = self.slots.get_mut(symbol) else {
             return;
         };
+        if slot.fetch == Fetch::GivenUp {
+            return;
+        }
         let shift = slot.failures.min(32);
         slot.failures = slot.failures.saturating_add(1);
         let delay = b
@@ -190,8 +264,9 @@ impl Fetcher {
         };
     }
 
-    /// A 429 (`banned == false`) or 418 answer at `now`: the whole venue pauses for the
-    /// `Retry-After` or the configured pause, whichever is longer.
+    /// A 429 or 403 (`banned == false`) or 418 answer at `now`: the whole venue pauses for
+    /// the `Retry-After` or the configured pause, whichever is longer (a 403 is the venue's
+    /// firewall refusing the IP for too many requests, as a 429 is its rate limit).
     pub(crate) fn refused(&mut self, retry_after_secs: Option<u64>, banned: bool, now: u64) {
         let b = self.backoff;
         let told = retry_after_secs.map_or(0, |s| s.saturating_mul(1_000_000_000));

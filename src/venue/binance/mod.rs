@@ -163,12 +163,18 @@ pub struct SymbolStats {
     /// Snapshot bodies that arrived when the symbol had nothing to check them against.
     pub snapshots_discarded: u64,
     /// Snapshot requests that failed: no response, a timeout, an error status other than
-    /// 429 and 418, or a body that is not a snapshot.
+    /// 429, 418 and 403, or a body that is not a snapshot.
     pub snapshots_failed: u64,
     /// 429 (rate limited) answers.
     pub rate_limited: u64,
     /// 418 (IP banned) answers.
     pub banned: u64,
+    /// 403 answers: the venue's firewall refused the IP (too many requests); the venue
+    /// pauses as for a 429.
+    pub firewall_blocked: u64,
+    /// The snapshot is no longer requested: it was refused with a permanent error (a 4xx
+    /// other than 429, 418 and 403, such as an invalid symbol) several times in a row.
+    pub snapshot_given_up: bool,
     /// Events whose ids contradict themselves (`pu >= U`, a missing `pu` on futures,
     /// `u == u64::MAX`).
     pub malformed: u64,

@@ -196,8 +196,24 @@ impl BinanceSession {
         self.books.iter().filter(|b| !b.has_linked(link)).count()
     }
 
-    /// Request weight spent on snapshots in the minute before the latest time the session was
-    /// given (by any input or poll).
+    /// The venue's own count of this IP's request weight in the current minute
+    /// (`X-MBX-USED-WEIGHT-1M`), seen at `now`: snapshot requests are paced by it too.
+    pub fn observe_used_weight(&mut self, used: u32, now: u64) {
+        self.fetcher.observe_used_weight(used, now);
+    }
+
+    /// Symbols whose snapshot is no longer requested, after permanent errors.
+    pub fn symbols_given_up(&self) -> usize {
+        self.books
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.fetcher.given_up(*i))
+            .count()
+    }
+
+    /// Request weight of the minute before the latest time the session was given (by any
+    /// input or poll): this venue's snapshots, or the venue's own count for the IP when that
+    /// is larger.
     pub fn weight_used_last_minute(&self) -> u32 {
         self.fetcher.used(self.now)
     }
@@ -441,16 +457,28 @@ impl BinanceSession {
                 }
             },
             SnapshotResult::Status {
-                code: code @ (429 | 418),
+                code: code @ (429 | 418 | 403),
                 retry_after_secs,
             } => {
                 let banned = code == 418;
-                if banned {
-                    book.stats.banned += 1;
-                } else {
-                    book.stats.rate_limited += 1;
+                match code {
+                    418 => book.stats.banned += 1,
+                    403 => book.stats.firewall_blocked += 1,
+                    _ => book.stats.rate_limited += 1,
                 }
                 self.fetcher.refused(retry_after_secs, banned, now);
+            }
+            SnapshotResult::Status {
+                code: 400..=499, ..
+            } => {
+                // A permanent error (an invalid symbol, a depth the venue does not offer):
+                // retried with backoff, then given up; the symbol stays reset_required.
+                book.stats.snapshots_failed += 1;
+                let needed = book.needs_snapshot();
+                if self.fetcher.refused_for_good(symbol, needed, now) {
+                    book.stats.snapshot_given_up = true;
+                }
+                return;
             }
             SnapshotResult::Status { .. } | SnapshotResult::Failed => {
                 book.stats.snapshots_failed += 1;

@@ -550,6 +550,13 @@ impl Venue for BinanceVenue {
             return;
         };
         let (_, symbol) = self.inflight.swap_remove(at);
+        if let FetchReply::Http {
+            used_weight: Some(used),
+            ..
+        } = reply
+        {
+            self.session.observe_used_weight(used, now.as_nanos());
+        }
         let result = match reply {
             FetchReply::Http {
                 status: 200, body, ..
@@ -671,6 +678,7 @@ impl Venue for BinanceVenue {
             ("snapshot_bad_status", t.snapshot_bad_status),
             ("unknown_fetches", t.unknown_fetches),
             ("quiet_symbols", self.session.quiet_symbols() as u64),
+            ("symbols_given_up", self.session.symbols_given_up() as u64),
             (
                 "snapshot_weight_used",
                 u64::from(self.session.weight_used_last_minute()),

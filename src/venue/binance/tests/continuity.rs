@@ -242,6 +242,7 @@ fn sync(v: &mut BinanceVenue, conn: ConnId, sink: &mut Sink, asked: &mut Asked) 
         let reply = crate::venue::FetchReply::Http {
             status: 200,
             retry_after_secs: None,
+            used_weight: None,
             body: &body,
         };
         v.handle_fetch(Mono::from_nanos(S), crate::venue::FetchId(id), reply, sink);

@@ -1,5 +1,6 @@
 //! Snapshot scheduling: request paths and weights, staggering within the weight budget,
-//! 429 and 418 pauses, failures, timeouts and their backoff.
+//! 429, 418 and 403 pauses, the venue's own weight count, failures, timeouts and their backoff,
+//! and symbols given up after permanent errors.
 
 use super::super::{Market, SnapshotResult};
 use super::{S, Sink, body, depth_frame, feed, session};
@@ -172,4 +173,83 @@ fn a_request_heavier_than_the_budget_waits_for_a_clear_minute() {
         (StreamState::Synced, StreamState::Synced)
     );
     assert_eq!(s.weight_used_last_minute(), 50);
+}
+
+#[test]
+fn the_venues_own_weight_count_paces_requests_too() {
+    // Another client of the IP spent 1,150 of 1,200: this venue's next request (50) fits
+    // only once that count is a minute old, though its own ledger is empty.
+    let names = ["aaa", "bbb"];
+    let mut s = session(Market::Spot, &names, |spec| {
+        spec.weight_budget_per_min = 1200;
+        spec.max_inflight = 2;
+    });
+    let mut sink = Sink::default();
+    for name in names {
+        feed(&mut s, &mut sink, 0, &depth_frame(name, 10, 20, None));
+    }
+    let first = s.poll_snapshot(0).unwrap();
+    // Its answer says the IP's minute holds 1,160 (this request's 50 among them).
+    s.observe_used_weight(1160, S);
+    body(&mut s, &mut sink, S, first.symbol, 15);
+    assert_eq!(s.weight_used_last_minute(), 1160);
+    assert_eq!(s.poll_snapshot(S), None, "1,160 + 50 would pass 1,200");
+    assert_eq!(s.poll_timeout(), Some(61 * S));
+    assert_eq!(s.poll_snapshot(61 * S - 1), None);
+    let second = s.poll_snapshot(61 * S).unwrap();
+    assert_ne!(second.symbol, first.symbol);
+    // A later, smaller count (the venue's minute turned) replaces the earlier one.
+    s.observe_used_weight(100, 62 * S);
+    assert_eq!(s.weight_used_last_minute(), 100);
+}
+
+#[test]
+fn a_firewall_403_pauses_the_venue_like_a_429() {
+    let mut s = session(Market::Spot, &["aaa", "bbb"], |spec| spec.max_inflight = 2);
+    let mut sink = Sink::default();
+    feed(&mut s, &mut sink, 0, &depth_frame("aaa", 10, 20, None));
+    let first = s.poll_snapshot(0).unwrap();
+    let blocked = SnapshotResult::Status {
+        code: 403,
+        retry_after_secs: None,
+    };
+    s.on_snapshot(0, first.symbol, blocked, &mut sink);
+    feed(&mut s, &mut sink, S, &depth_frame("bbb", 10, 20, None));
+    // The configured rate-limit pause (10 s) holds every symbol.
+    assert_eq!(s.poll_snapshot(10 * S - 1), None);
+    assert!(s.poll_snapshot(10 * S).is_some());
+    assert_eq!(s.stats(first.symbol).firewall_blocked, 1);
+    assert_eq!(s.stats(first.symbol).snapshots_failed, 0);
+}
+
+#[test]
+fn a_symbol_refused_for_good_is_given_up_and_the_others_go_on() {
+    let mut s = session(Market::Spot, &["aaa", "bbb"], |spec| spec.max_inflight = 1);
+    let mut sink = Sink::default();
+    feed(&mut s, &mut sink, 0, &depth_frame("aaa", 10, 20, None));
+    let invalid = SnapshotResult::Status {
+        code: 400,
+        retry_after_secs: None,
+    };
+    let mut t = 0;
+    for attempt in 1..=crate::venue::binance::fetch::MAX_PERMANENT_ERRORS {
+        let r = s
+            .poll_snapshot(t)
+            .unwrap_or_else(|| panic!("attempt {attempt}"));
+        assert_eq!(r.symbol, 0);
+        s.on_snapshot(t, 0, invalid, &mut sink);
+        t = s.poll_timeout().unwrap_or(t).max(t);
+    }
+    assert!(s.stats(0).snapshot_given_up);
+    assert_eq!(s.symbols_given_up(), 1);
+    // Never asked again, even as new events arrive and time passes.
+    feed(&mut s, &mut sink, t, &depth_frame("aaa", 21, 30, None));
+    assert_eq!(s.poll_snapshot(t + 3600 * S), None);
+    assert_eq!(s.state(0), StreamState::ResetRequired);
+    // Another symbol is not held back.
+    feed(&mut s, &mut sink, t, &depth_frame("bbb", 10, 20, None));
+    let other = s.poll_snapshot(t + 3600 * S).unwrap();
+    assert_eq!(other.symbol, 1);
+    body(&mut s, &mut sink, t + 3600 * S, 1, 15);
+    assert_eq!(s.state(1), StreamState::Synced);
 }
