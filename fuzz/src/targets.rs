@@ -15,7 +15,9 @@ use std::io::Cursor;
 use gapless::capture::{CaptureReader, Stats, udp_datagram};
 use gapless::client::unix::{Record, RecordReader};
 use gapless::config::Config;
-use gapless::protocol::binance::{Scanned, parse_api_error, parse_snapshot, scan};
+use gapless::protocol::binance::{
+    Scanned, parse_api_error, parse_snapshot, scan, snapshot_last_update_id,
+};
 use gapless::protocol::moldudp64::{self, Request, Session};
 use gapless::protocol::soupbintcp::{self, FrameDecoder};
 use gapless::protocol::{iex_tp, moldudp64::Packet as MoldPacket};
@@ -204,12 +206,32 @@ pub fn binance_scan(data: &[u8]) {
 
 /// REST snapshot and API error bodies.
 pub fn binance_snapshot(data: &[u8]) {
-    if let Ok(s) = parse_snapshot(data) {
+    let whole = parse_snapshot(data);
+    if let Ok(s) = &whole {
         let value: serde_json::Value = serde_json::from_slice(data).expect("a snapshot is JSON");
         assert_eq!(
             value.get("lastUpdateId").and_then(|v| v.as_u64()),
             Some(s.last_update_id)
         );
+    }
+    // The rx thread's reader of the update id alone accepts exactly what the whole parse
+    // accepts, but levels written as objects, which it refuses.
+    match (&whole, snapshot_last_update_id(data)) {
+        (Ok(s), Ok(id)) => assert_eq!(s.last_update_id, id),
+        (Err(_), Ok(id)) => panic!("the update id alone ({id}) accepted a refused body"),
+        (Ok(_), Err(e)) => {
+            let value: serde_json::Value = serde_json::from_slice(data).expect("JSON");
+            let object_level = ["bids", "asks"].iter().any(|side| {
+                value[side]
+                    .as_array()
+                    .is_some_and(|levels| levels.iter().any(serde_json::Value::is_object))
+            });
+            assert!(
+                object_level,
+                "the update id alone refused an accepted body: {e}"
+            );
+        }
+        (Err(_), Err(_)) => {}
     }
     let _ = parse_api_error(data);
 }

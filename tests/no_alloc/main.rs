@@ -1,6 +1,6 @@
 //! The hot paths allocate nothing in steady state: a counting global allocator (one per
 //! test binary, so these share one) watches the sequencer, a venue, the consumer queue and
-//! the shared-memory ring.
+//! the shared-memory ring, and the rx thread's read of a Binance snapshot.
 
 // A test or benchmark fails by panicking: unwrap, expect, panic and indexing are how it
 // says so.
@@ -17,6 +17,7 @@ use std::cell::Cell;
 mod publish;
 mod sequencer;
 mod shm;
+mod snapshot;
 
 /// Forwards to the system allocator, counting allocations per thread so
 /// the test harness's own threads do not disturb the count.

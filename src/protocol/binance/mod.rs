@@ -64,6 +64,7 @@ use number::{integer, optional_integer};
 
 pub use snapshot::{
     ApiError, DepthSnapshot, PriceLevel, SnapshotError, parse_api_error, parse_snapshot,
+    snapshot_last_update_id,
 };
 
 /// Deepest nesting of arrays and objects that [`scan`] follows inside one skipped value.

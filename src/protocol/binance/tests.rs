@@ -898,6 +898,41 @@ fn snapshots_parse_with_serde() {
     }
 }
 
+#[test]
+fn the_update_id_alone_is_checked_as_the_whole_snapshot_is() {
+    let bodies: [&[u8]; 16] = [
+        br#"{"lastUpdateId":1027024,"bids":[["4.00000000","431.00000000"]],"asks":[["4.1","1"]]}"#,
+        br#"{"lastUpdateId":167006089178,"E":1626916404580,"T":1626916404574,"symbol":"BCHUSD_PERP","pair":"BCHUSD","bids":[],"asks":[["427.9","169"]]}"#,
+        br#"  {"asks":[],"bids":[["1\u0030","2"]],"lastUpdateId":7}"#,
+        br#"{"code":-1121,"msg":"Invalid symbol."}"#,
+        br#"{"lastUpdateId":-1,"bids":[],"asks":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[["1","2","3"]],"asks":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[["1"]],"asks":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[[1,"2"]],"asks":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[],"asks":[]"#,
+        br#"{"lastUpdateId":1,"lastUpdateId":2,"bids":[],"asks":[]}"#,
+        br#"{"lastUpdateId":1,"bids":[],"asks":[],"E":"x"}"#,
+        br#"{"lastUpdateId":1,"bids":{},"asks":[]}"#,
+        br#"[1,[],[]]"#,
+        br#"{"lastUpdateId":18446744073709551615,"bids":[],"asks":[]} "#,
+        br#"{"lastUpdateId":1,"bids":[],"asks":[]} x"#,
+    ];
+    for body in bodies {
+        let whole = parse_snapshot(body);
+        let id = snapshot_last_update_id(body);
+        let text = String::from_utf8_lossy(body);
+        match (&whole, &id) {
+            (Ok(s), Ok(l)) => assert_eq!(s.last_update_id, *l, "{text}"),
+            (Err(SnapshotError::Rejected(a)), Err(SnapshotError::Rejected(b))) => {
+                assert_eq!(a, b, "{text}");
+            }
+            (Err(SnapshotError::Malformed(_)), Err(SnapshotError::Malformed(_))) => {}
+            _ => panic!("{text}: whole {whole:?}, id alone {id:?}"),
+        }
+    }
+}
+
 fn captures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures/binance");
     if dir.is_dir() {
@@ -950,6 +985,11 @@ fn check_recorded(json: &[u8], counts: &mut Counts, at: &str) {
 
 fn check_snapshot(json: &[u8], frame: &Value, at: &str) {
     let snapshot = parse_snapshot(json).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(
+        snapshot_last_update_id(json).ok(),
+        Some(snapshot.last_update_id),
+        "{at}"
+    );
     assert_eq!(
         Some(snapshot.last_update_id),
         frame["lastUpdateId"].as_u64()

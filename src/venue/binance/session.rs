@@ -440,10 +440,9 @@ impl BinanceSession {
         };
         self.fetcher.answered(symbol);
         match result {
-            SnapshotResult::Body(body) => match scan::parse_snapshot(body) {
-                Ok(snapshot) => {
+            SnapshotResult::Body(body) => match scan::snapshot_last_update_id(body) {
+                Ok(l) => {
                     self.fetcher.succeeded(symbol);
-                    let l = snapshot.last_update_id;
                     if book.on_snapshot(&mut self.seq, now, l, body, emit) == Applied::Stale {
                         // The venue's rule: fetch again, at once.
                         self.fetcher.set_needed(symbol, true, now);
