@@ -227,12 +227,24 @@ fn link(
     })
 }
 
+/// Streams Binance allows on one WebSocket connection; every connection of a venue carries
+/// every symbol.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 1024;
+
 fn symbols(table: &Spanned<RawVenue>, path: &Path, report: &mut Report<'_>) -> Option<Vec<Symbol>> {
     let path = path.key("symbols");
     let expected = "a non-empty array of lowercase symbols such as [\"btcusdt\", \"ethusdt\"]";
     let list = report.required(&table.get_ref().symbols, &table.span(), &path, expected)?;
     if list.get_ref().is_empty() {
         let found = "the array of symbols is empty";
+        report.push(ErrorKind::OutOfRange, &list.span(), &path, found, expected);
+        return None;
+    }
+    if list.get_ref().len() > MAX_STREAMS_PER_CONNECTION {
+        let found = format!("{} symbols", list.get_ref().len());
+        let expected = format!(
+            "at most {MAX_STREAMS_PER_CONNECTION}, the streams Binance allows on one connection: split the symbols across venues"
+        );
         report.push(ErrorKind::OutOfRange, &list.span(), &path, found, expected);
         return None;
     }

@@ -599,3 +599,21 @@ fn a_channel_without_recovery_is_a_warning() {
     )]);
     assert!(Config::check(&recovered, FILE).warnings.is_empty());
 }
+
+#[test]
+fn more_symbols_than_one_connection_carries() {
+    let list = |n: usize| {
+        let names: Vec<String> = (0..n).map(|i| format!("\"sym{i}usdt\"")).collect();
+        format!("symbols = [{}]", names.join(", "))
+    };
+    let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(1025))]);
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "25:11",
+        "venue[1].symbols",
+        "at most 1024, the streams Binance allows on one connection",
+    );
+    let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(1024))]);
+    Config::parse(&text, FILE).expect("1,024 symbols fit one connection");
+}
