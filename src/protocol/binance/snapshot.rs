@@ -108,6 +108,12 @@ fn parse_object<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, Snapsho
         let err = <serde_json::Error as serde::de::Error>::custom("a snapshot is a JSON object");
         return Err(SnapshotError::Malformed(err));
     }
+    // JSON is UTF-8 text, and consumers get the body as it came. serde skips the values of
+    // keys it does not know without looking at their bytes, so it would not say.
+    if std::str::from_utf8(bytes).is_err() {
+        let err = <serde_json::Error as serde::de::Error>::custom("a snapshot is UTF-8 text");
+        return Err(SnapshotError::Malformed(err));
+    }
     serde_json::from_slice(bytes).map_err(|err| match parse_api_error(bytes) {
         Ok(api) => SnapshotError::Rejected(api),
         Err(_) => SnapshotError::Malformed(err),

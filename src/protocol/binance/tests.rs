@@ -900,7 +900,7 @@ fn snapshots_parse_with_serde() {
 
 #[test]
 fn the_update_id_alone_is_checked_as_the_whole_snapshot_is() {
-    let bodies: [&[u8]; 16] = [
+    let bodies: [&[u8]; 17] = [
         br#"{"lastUpdateId":1027024,"bids":[["4.00000000","431.00000000"]],"asks":[["4.1","1"]]}"#,
         br#"{"lastUpdateId":167006089178,"E":1626916404580,"T":1626916404574,"symbol":"BCHUSD_PERP","pair":"BCHUSD","bids":[],"asks":[["427.9","169"]]}"#,
         br#"  {"asks":[],"bids":[["1\u0030","2"]],"lastUpdateId":7}"#,
@@ -915,9 +915,12 @@ fn the_update_id_alone_is_checked_as_the_whole_snapshot_is() {
         br#"{"lastUpdateId":1,"bids":[],"asks":[],"E":"x"}"#,
         br#"{"lastUpdateId":1,"bids":{},"asks":[]}"#,
         br#"[1,[],[]]"#,
+        b"{\"lastUpdateId\":1,\"x\":\"\xff\xfe\",\"bids\":[],\"asks\":[]}",
         br#"{"lastUpdateId":18446744073709551615,"bids":[],"asks":[]} "#,
         br#"{"lastUpdateId":1,"bids":[],"asks":[]} x"#,
     ];
+    // Bytes that are not UTF-8 in the value of an unknown key: not JSON (found by fuzzing).
+    assert!(parse_snapshot(bodies[14]).is_err());
     for body in bodies {
         let whole = parse_snapshot(body);
         let id = snapshot_last_update_id(body);
