@@ -467,10 +467,9 @@ impl BinanceSession {
                 }
                 self.fetcher.refused(retry_after_secs, banned, now);
             }
-            SnapshotResult::Status {
-                code: 400..=499, ..
-            } => {
-                // A permanent error (an invalid symbol, a depth the venue does not offer):
+            SnapshotResult::Status { code, .. } if (400..500).contains(&code) && code != 408 => {
+                // A permanent error (an invalid symbol, a depth the venue does not offer; a
+                // 408 is the request timing out, and retried as any failure):
                 // retried with backoff, then given up; the symbol stays reset_required.
                 book.stats.snapshots_failed += 1;
                 let needed = book.needs_snapshot();
