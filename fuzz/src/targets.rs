@@ -207,8 +207,15 @@ pub fn binance_scan(data: &[u8]) {
 /// REST snapshot and API error bodies.
 pub fn binance_snapshot(data: &[u8]) {
     let whole = parse_snapshot(data);
-    if let Ok(s) = &whole {
-        let value: serde_json::Value = serde_json::from_slice(data).expect("a snapshot is JSON");
+    let tree = || match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(value) => Some(value),
+        // JSON that serde_json's tree refuses by limits of its own, in the value of a key
+        // the snapshot does not use: a number beyond f64, an escaped lone surrogate.
+        Err(e) if e.to_string().starts_with("number out of range") => None,
+        Err(e) if e.to_string().contains("surrogate") => None,
+        Err(e) => panic!("a snapshot is JSON: {e}"),
+    };
+    if let (Ok(s), Some(value)) = (&whole, whole.as_ref().ok().and_then(|_| tree())) {
         assert_eq!(
             value.get("lastUpdateId").and_then(|v| v.as_u64()),
             Some(s.last_update_id)
@@ -220,7 +227,7 @@ pub fn binance_snapshot(data: &[u8]) {
         (Ok(s), Ok(id)) => assert_eq!(s.last_update_id, id),
         (Err(_), Ok(id)) => panic!("the update id alone ({id}) accepted a refused body"),
         (Ok(_), Err(e)) => {
-            let value: serde_json::Value = serde_json::from_slice(data).expect("JSON");
+            let Some(value) = tree() else { return };
             let object_level = ["bids", "asks"].iter().any(|side| {
                 value[side]
                     .as_array()
