@@ -16,8 +16,8 @@ pub(crate) const MINUTE_NS: u64 = 60_000_000_000;
 /// Longest pause a `Retry-After` can impose (Binance bans last 2 minutes to 3 days).
 const MAX_HOLD_NS: u64 = 3 * 24 * 3600 * 1_000_000_000;
 
-/// Answers in a row with a permanent error (a 4xx other than 429, 418 and 403, such as an
-/// invalid symbol) after which a symbol's snapshot is no longer requested.
+/// Answers with a permanent error (a 4xx other than 429, 418, 403 and 408, such as an
+/// invalid symbol) since the symbol's last snapshot, after which it is no longer requested.
 pub(crate) const MAX_PERMANENT_ERRORS: u32 = 3;
 
 /// The fetch state of one symbol.
@@ -29,8 +29,7 @@ enum Fetch {
     Wanted { since: u64, not_before: u64 },
     /// Requested at `since`.
     Inflight { since: u64 },
-    /// Given up after [`MAX_PERMANENT_ERRORS`] permanent errors in a row: never requested
-    /// again.
+    /// Given up after [`MAX_PERMANENT_ERRORS`] permanent errors: never requested again.
     GivenUp,
 }
 
@@ -39,7 +38,7 @@ struct Slot {
     fetch: Fetch,
     /// Failures in a row, for the retry delay.
     failures: u32,
-    /// Permanent errors in a row.
+    /// Permanent errors since the last snapshot received.
     permanent: u32,
 }
 
@@ -98,22 +97,28 @@ impl Fetcher {
     /// Weight spent in the minute before `now`: the larger of this venue's own requests
     /// and the venue's count for the IP (while that count is less than a minute old).
     pub(crate) fn used(&self, now: u64) -> u32 {
-        let live = |t: u64| t.saturating_add(MINUTE_NS) > now;
-        let own = self
-            .ledger
+        self.own(now).max(self.counted(now))
+    }
+
+    /// Weight of this venue's own requests in the minute before `now`.
+    fn own(&self, now: u64) -> u32 {
+        self.ledger
             .iter()
-            .filter(|(t, _)| live(*t))
-            .fold(0u32, |sum, (_, w)| sum.saturating_add(*w));
-        let counted = self
-            .venue_count
-            .filter(|(at, _)| live(*at))
+            .filter(|(t, _)| t.saturating_add(MINUTE_NS) > now)
+            .fold(0u32, |sum, (_, w)| sum.saturating_add(*w))
+    }
+
+    /// The venue's count for the IP, plus what this venue sent since it was seen; 0 once it
+    /// is a minute old.
+    fn counted(&self, now: u64) -> u32 {
+        self.venue_count
+            .filter(|(at, _)| at.saturating_add(MINUTE_NS) > now)
             .map_or(0, |(at, used)| {
                 self.ledger
                     .iter()
                     .filter(|(t, _)| *t > at)
                     .fold(used, |sum, (_, w)| sum.saturating_add(*w))
-            });
-        own.max(counted)
+            })
     }
 
     /// The venue's own count of the IP's weight, `used` at `now` (its
@@ -123,32 +128,38 @@ impl Fetcher {
         self.venue_count = Some((now, used));
     }
 
-    /// Whether one more request fits the budget at `t`.
-    fn fits_at(&self, t: u64) -> bool {
-        let used = self.used(t);
+    /// Whether one more request on top of `used` fits the budget.
+    fn fits(&self, used: u32) -> bool {
         used == 0 || used.saturating_add(self.weight) <= self.budget
     }
 
-    /// The earliest time from `now` on when one more request fits the budget: now, or when
-    /// enough of the ledger or the venue's count has aged out of the minute.
+    /// The earliest time from `now` on when one more request fits the budget, in one walk
+    /// of the ledger (this runs on the rx thread's deadline poll).
     fn weight_free_at(&self, now: u64) -> u64 {
-        if self.fits_at(now) {
+        if self.fits(self.used(now)) {
             return now;
         }
-        let expiries = self
-            .ledger
-            .iter()
-            .map(|(t, _)| *t)
-            .chain(self.venue_count.map(|(at, _)| at))
-            .map(|t| t.saturating_add(MINUTE_NS))
-            .filter(|&e| e > now);
-        let mut best: Option<u64> = None;
-        for e in expiries {
-            if best.is_none_or(|b| e < b) && self.fits_at(e) {
-                best = Some(e);
+        // The venue's count holds until it is a minute old (what was sent after it ages
+        // out later still), and is gone after: from then on only the ledger counts.
+        let start = match self.venue_count {
+            Some((at, _)) if !self.fits(self.counted(now)) => at.saturating_add(MINUTE_NS),
+            _ => now,
+        };
+        let mut used = self.own(start);
+        if self.fits(used) {
+            return start;
+        }
+        for &(t, w) in &self.ledger {
+            let expires = t.saturating_add(MINUTE_NS);
+            if expires <= start {
+                continue;
+            }
+            used = used.saturating_sub(w);
+            if self.fits(used) {
+                return expires;
             }
         }
-        best.unwrap_or(now)
+        start
     }
 
     /// Marks whether `symbol` needs a snapshot. A request in flight is left alone.
@@ -217,7 +228,7 @@ impl Fetcher {
     }
 
     /// The request of `symbol` got a permanent error at `now` (an invalid symbol, say): it
-    /// backs off like any failure, and after [`MAX_PERMANENT_ERRORS`] in a row it is given up.
+    /// backs off like any failure, and after [`MAX_PERMANENT_ERRORS`] of them it is given up.
     /// Returns whether it was given up now.
     pub(crate) fn refused_for_good(&mut self, symbol: usize, needed: bool, now: u64) -> bool {
         let Some(slot) = self.slots.get_mut(symbol) else {

@@ -173,7 +173,8 @@ pub struct SymbolStats {
     /// pauses as for a 429.
     pub firewall_blocked: u64,
     /// The snapshot is no longer requested: it was refused with a permanent error (a 4xx
-    /// other than 429, 418 and 403, such as an invalid symbol) several times in a row.
+    /// other than 429, 418, 403 and 408, such as an invalid symbol) three times since its
+    /// last snapshot.
     pub snapshot_given_up: bool,
     /// Events whose ids contradict themselves (`pu >= U`, a missing `pu` on futures,
     /// `u == u64::MAX`).
