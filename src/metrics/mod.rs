@@ -385,9 +385,29 @@ fn venue_families(venues: &[(String, Arc<VenueMetrics>)]) -> Vec<Family> {
         .collect()
 }
 
+/// A series of a labelled family: name, help, kind, and how to read an entry's value.
+type LabelledSeries<T> = (&'static str, &'static str, Kind, fn(&T) -> u64);
+
+/// A family per series, each with one sample per entry under `label`.
+fn labelled_families<T>(
+    series: &[LabelledSeries<T>],
+    label: &'static str,
+    entries: &[(&str, &T)],
+) -> Vec<Family> {
+    series
+        .iter()
+        .map(|&(name, help, kind, read)| {
+            let mut family = Family::new(name, help, kind);
+            for &(value, item) in entries {
+                family.push(vec![(label, value.to_owned())], Value::Int(read(item)));
+            }
+            family
+        })
+        .collect()
+}
+
 fn consumer_families(consumers: &[ConsumerEntry]) -> Vec<Family> {
-    type Read = fn(&QueueStats) -> u64;
-    let series: [(&'static str, &'static str, Kind, Read); 4] = [
+    let series: [LabelledSeries<QueueStats>; 4] = [
         (
             "gapless_consumer_queue_depth_bytes",
             "Bytes waiting in the consumer's queue.",
@@ -413,22 +433,15 @@ fn consumer_families(consumers: &[ConsumerEntry]) -> Vec<Family> {
             QueueStats::dropped,
         ),
     ];
-    series
-        .into_iter()
-        .map(|(name, help, kind, read)| {
-            let mut family = Family::new(name, help, kind);
-            for entry in consumers {
-                let labels = vec![("consumer", entry.name.clone())];
-                family.push(labels, Value::Int(read(&entry.stats)));
-            }
-            family
-        })
-        .collect()
+    let entries: Vec<(&str, &QueueStats)> = consumers
+        .iter()
+        .map(|c| (c.name.as_str(), &*c.stats))
+        .collect();
+    labelled_families(&series, "consumer", &entries)
 }
 
 fn ring_families(rings: &[(String, Arc<ShmCounters>)]) -> Vec<Family> {
-    type Read = fn(&ShmCounters) -> u64;
-    let series: [(&'static str, &'static str, Kind, Read); 4] = [
+    let series: [LabelledSeries<ShmCounters>; 4] = [
         (
             "gapless_shm_records_total",
             "Records written into the shared-memory ring.",
@@ -457,16 +470,11 @@ fn ring_families(rings: &[(String, Arc<ShmCounters>)]) -> Vec<Family> {
     if rings.is_empty() {
         return Vec::new();
     }
-    series
-        .into_iter()
-        .map(|(name, help, kind, read)| {
-            let mut family = Family::new(name, help, kind);
-            for (path, counters) in rings {
-                family.push(vec![("ring", path.clone())], Value::Int(read(counters)));
-            }
-            family
-        })
-        .collect()
+    let entries: Vec<(&str, &ShmCounters)> = rings
+        .iter()
+        .map(|(path, counters)| (path.as_str(), &**counters))
+        .collect();
+    labelled_families(&series, "ring", &entries)
 }
 
 fn histogram(snapshot: &HistogramSnapshot, (lo, hi): (u32, u32)) -> Value {
