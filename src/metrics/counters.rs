@@ -201,6 +201,9 @@ stream_series! {
         "Resyncs of the stream from a completed snapshot." = |s| s.snapshots_done;
     Duplicates duplicates: Counter "gapless_duplicates_total"
         "Duplicate frames dropped." = |s| s.sequencer.duplicates;
+    Arbitrated arbitrated: Counter "gapless_arbitrated_messages_total"
+        "Messages in a redundant line's copies that another line had brought first, discarded."
+        = |s| s.arbitrated;
     Stale stale: Counter "gapless_stale_total"
         "Frames and datagrams from an older epoch dropped."
         = |s| s.sequencer.stale.saturating_add(s.stale_session);
@@ -451,6 +454,7 @@ mod tests {
             messages_lost: 20,
             arena_full: 21,
             recovery_exhausted: 22,
+            arbitrated: 23,
             sequencer: StreamStats {
                 delivered: 101,
                 gaps: 102,
@@ -491,6 +495,7 @@ mod tests {
             (Series::MessagesLost, 20),
             (Series::ArenaFull, 21),
             (Series::RecoveryExhausted, 22),
+            (Series::Arbitrated, 23),
             (Series::FramesDelivered, 101),
             (Series::GapsDetected, 102),
             (Series::MessagesMissing, 103),

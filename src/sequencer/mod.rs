@@ -612,6 +612,16 @@ impl<P> Detector<P> {
             .is_some_and(|s| s.is_next(epoch, first))
     }
 
+    /// True when every point frame `first..first + count` of `epoch` is already delivered
+    /// or buffered, so a copy of them would change nothing: the test arbitration of
+    /// redundant lines makes before it stores a losing copy.
+    #[inline]
+    pub fn holds(&self, stream: StreamId, epoch: u64, first: u64, count: u64) -> bool {
+        self.streams
+            .get(stream.index())
+            .is_some_and(|s| s.holds(epoch, first, count))
+    }
+
     /// Hands `f` the payload of every frame that left the stream's ring without being
     /// delivered since the last call: covered by a resync or a delivered range, or dropped
     /// by a new epoch or [`Detector::begin_resync`]. Frames refused by `ingest` are not

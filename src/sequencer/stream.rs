@@ -464,6 +464,35 @@ impl<P> Stream<P> {
         self.ring.len()
     }
 
+    /// True when every point frame of `first..first + count` of `epoch` is already held:
+    /// delivered (or passed) on a stream that is synced or recovering, or buffered in its
+    /// slot. A copy of such frames changes nothing (a second line's copy of a datagram).
+    /// A frame far enough behind to suspect a restart is never called held.
+    #[inline]
+    pub(crate) fn holds(&self, epoch: u64, first: u64, count: u64) -> bool {
+        if self.epoch != Some(epoch)
+            || count == 0
+            || !matches!(
+                self.state,
+                StreamState::Synced | StreamState::DirtySyncPending | StreamState::Recovering
+            )
+        {
+            return false;
+        }
+        let Some(end) = first.checked_add(count) else {
+            return false;
+        };
+        let threshold = self.cfg.reset_threshold;
+        if threshold != 0 && self.expected.saturating_sub(first) >= threshold {
+            return false;
+        }
+        if end <= self.expected {
+            return true;
+        }
+        let from = first.max(self.expected);
+        end - self.expected <= self.ring.capacity() && (from..end).all(|s| self.ring.contains(s))
+    }
+
     /// True when `first` is exactly what a synced stream of `epoch` takes next, so a
     /// frame starting there is delivered at once and never buffered.
     #[inline]

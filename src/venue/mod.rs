@@ -37,7 +37,7 @@ pub mod udp;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-pub use notice::{EpochLabel, LostReason, Notice, NoticeLevel, Notices};
+pub use notice::{EpochLabel, LostReason, Notice, NoticeLevel, Notices, line_name};
 pub use timer::{Timer, TimerTable};
 pub use udp::recovery::RequestPolicy;
 pub use udp::wire::{SessionKey, Wire};
@@ -446,6 +446,13 @@ pub trait Venue {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// The redundant lines of stream `index`, in configuration order (empty for a venue
+    /// that has none).
+    fn lines(&self, index: usize) -> &[LineStats] {
+        let _ = index;
+        &[]
+    }
 }
 
 /// Every venue kind, so a driver can hold one `Vec` of them.
@@ -617,6 +624,10 @@ impl Venue for AnyVenue {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         each_venue!(self, v => v.counters())
     }
+
+    fn lines(&self, index: usize) -> &[LineStats] {
+        each_venue!(self, v => v.lines(index))
+    }
 }
 
 /// How a datagram arrived.
@@ -690,8 +701,79 @@ pub struct ChannelStats {
     pub messages_lost: u64,
     /// Messages that could not be kept for reordering (no free datagram slot).
     pub arena_full: u64,
+    /// Messages in copies from a redundant line that another line had brought first:
+    /// discarded by arbitration, not counted as duplicates.
+    pub arbitrated: u64,
     /// The sequencer's counters for the channel's stream.
     pub sequencer: StreamStats,
+}
+
+/// Buckets of [`LagHistogram`]: upper bounds of 2^k µs for k in `0..LAG_BUCKETS - 1`
+/// (1 µs to about 1 s), then everything above.
+pub const LAG_BUCKETS: usize = 22;
+
+/// How far behind the first copy the later copies of a datagram came, in powers of two of
+/// microseconds; fixed size, no allocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LagHistogram {
+    /// Copies in each bucket (not cumulative).
+    pub counts: [u64; LAG_BUCKETS],
+    /// Sum of the lags, in nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl LagHistogram {
+    /// Counts one copy `ns` nanoseconds behind the first.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let us = ns.div_ceil(1_000);
+        // The first bucket whose bound 2^k µs holds `us`.
+        let k = if us <= 1 {
+            0
+        } else {
+            (64 - (us - 1).leading_zeros()) as usize
+        };
+        if let Some(c) = self.counts.get_mut(k.min(LAG_BUCKETS - 1)) {
+            *c += 1;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
+
+    /// Copies counted.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper bound of bucket `k` in seconds (`f64::MAX` for the last).
+    pub fn bound_secs(k: usize) -> f64 {
+        if k + 1 >= LAG_BUCKETS {
+            f64::MAX
+        } else {
+            (1u64 << k) as f64 / 1e6
+        }
+    }
+}
+
+/// The counters and state of one redundant line of a channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineStats {
+    /// Datagrams received on the line.
+    pub packets: u64,
+    /// Bytes received on the line.
+    pub bytes: u64,
+    /// Data datagrams that brought at least one message before any other line did.
+    pub wins: u64,
+    /// Messages in this line's copies that another line had already brought (discarded
+    /// by arbitration, not anomalies).
+    pub arbitrated: u64,
+    /// Messages the line skipped: taken from another line, recovered, or lost on all.
+    pub missed: u64,
+    /// Whether the line is down: silent while another line of the channel is live.
+    pub down: bool,
+    /// Times the line went down.
+    pub downs: u64,
+    /// How far this line's copies came behind the first copy.
+    pub lag: LagHistogram,
 }
 
 impl From<UdpVenue> for AnyVenue {

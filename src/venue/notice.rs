@@ -208,6 +208,24 @@ pub enum Notice {
         /// Budget spent in the venue's window, this request included.
         budget_used: u32,
     },
+    /// A redundant line went silent while another line of its channel stayed live.
+    LineDown {
+        /// The venue's stream.
+        stream: usize,
+        /// The line, from 0 (shown as a letter).
+        line: u8,
+        /// How long it has been silent, in milliseconds.
+        silent_ms: u64,
+    },
+    /// A line reported down carries datagrams again.
+    LineUp {
+        /// The venue's stream.
+        stream: usize,
+        /// The line, from 0 (shown as a letter).
+        line: u8,
+        /// How long it was down, in milliseconds.
+        down_ms: u64,
+    },
     /// Notices that found the queue full, dropped.
     Dropped {
         /// How many.
@@ -226,7 +244,9 @@ impl Notice {
             | Self::RecoveryExhausted { .. }
             | Self::ConnectionLost { .. }
             | Self::ConnectDeferred { .. }
+            | Self::LineDown { .. }
             | Self::Dropped { .. } => NoticeLevel::Warn,
+            Self::LineUp { .. } => NoticeLevel::Info,
             Self::ConnectionHealthy { .. } => NoticeLevel::Debug,
             Self::RotationDone { linked: true, .. } => NoticeLevel::Info,
             Self::RotationDone { .. } => NoticeLevel::Warn,
@@ -242,6 +262,8 @@ impl Notice {
             | Self::StraysDropped { stream, .. }
             | Self::GapsLost { stream, .. }
             | Self::RecoveryExhausted { stream, .. }
+            | Self::LineDown { stream, .. }
+            | Self::LineUp { stream, .. }
             | Self::SnapshotRequested { stream, .. } => Some(*stream),
             Self::Reconnecting { .. }
             | Self::ConnectionLost { .. }
@@ -253,9 +275,30 @@ impl Notice {
     }
 }
 
+/// The name of line `index` of a channel: `a`, `b`, ... `z`, then its number.
+pub fn line_name(index: usize) -> String {
+    match u8::try_from(index) {
+        Ok(i) if i < 26 => char::from(b'a' + i).to_string(),
+        _ => index.to_string(),
+    }
+}
+
 impl fmt::Display for Notice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::LineDown {
+                line, silent_ms, ..
+            } => write!(
+                f,
+                "line {} down: nothing received for {silent_ms} ms while another line is \
+                 live; the other lines carry the stream, with no redundancy left",
+                line_name(usize::from(*line))
+            ),
+            Self::LineUp { line, down_ms, .. } => write!(
+                f,
+                "line {} up again after {down_ms} ms down",
+                line_name(usize::from(*line))
+            ),
             Self::EpochChanged { label, changes, .. } => write!(
                 f,
                 "session changed to {label:?} (change {changes}): the stream restarts"

@@ -10,3 +10,4 @@
 )]
 
 mod feed;
+mod lines;

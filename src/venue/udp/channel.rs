@@ -10,8 +10,9 @@ use std::collections::VecDeque;
 
 use super::epoch::Epochs;
 use super::gaps::GapClock;
+use super::lines::Lines;
 use super::payload::{PacketArena, Payload, SlotId};
-use super::recovery::Requester;
+use super::recovery::{RequestPolicy, Requester};
 use super::snapshot::Phase;
 use super::spec::{ChannelSpec, FeedSpec};
 use super::wire::{self, Datagram, Kind};
@@ -59,6 +60,8 @@ pub(super) enum ChannelTimer {
     SessionDrain,
     /// Gaps declared lost are due to be reported (the notice is rate-limited).
     LostReport,
+    /// The redundant lines are checked for one gone silent.
+    LineWatch,
 }
 
 impl Timer for ChannelTimer {
@@ -69,6 +72,7 @@ impl Timer for ChannelTimer {
         Self::GapDeadline,
         Self::SessionDrain,
         Self::LostReport,
+        Self::LineWatch,
     ];
 
     fn index(self) -> usize {
@@ -87,6 +91,8 @@ pub(super) struct Arrival<'a> {
     pub(super) recv: Wall,
     /// On the feed, or as an answer.
     pub(super) via: Via,
+    /// The line it came on (for [`Via::Multicast`]).
+    pub(super) line: usize,
 }
 
 /// What the log has been told of a channel.
@@ -130,7 +136,16 @@ pub(super) struct Channel {
     pub(super) published: StreamState,
     pub(super) arena: PacketArena,
     pub(super) stats: ChannelStats,
-    pub(super) timers: TimerTable<ChannelTimer, 6>,
+    pub(super) timers: TimerTable<ChannelTimer, 7>,
+    /// Its redundant lines.
+    pub(super) lines: Lines,
+    /// When each open gap has been open for the arbitration window (redundant lines).
+    pub(super) ripening: GapClock,
+    /// Gaps up to this sequence are older than the arbitration window.
+    pub(super) ripe_to: u64,
+    /// The feed's request policy, its reorder delay stretched to the arbitration window
+    /// when the channel has more than one line.
+    pub(super) policy: RequestPolicy,
     /// When each open gap falls due (`gap_policy = "skip"`).
     pub(super) gaps: GapClock,
     /// Re-requests gave up under `gap_policy = "hold"`: the stream is latched until a
@@ -154,6 +169,15 @@ impl Channel {
     ) {
         self.stats.packets += 1;
         self.stats.bytes += a.bytes.len() as u64;
+        if a.via == Via::Multicast {
+            self.lines
+                .received(a.line, a.bytes.len(), a.now, self.index, &mut core.notices);
+            if self.lines.redundant() && self.timers.get(ChannelTimer::LineWatch).is_none() {
+                let every = (spec.line_down_ns / 4).max(1_000_000);
+                self.timers
+                    .set(ChannelTimer::LineWatch, a.now.after_nanos(every));
+            }
+        }
         self.handle(core, spec, a, decoded, emit);
     }
 
@@ -181,6 +205,20 @@ impl Channel {
             return;
         }
         let stream = self.stream;
+        if a.via == Via::Multicast && self.lines.redundant() {
+            let count = u64::from(d.count);
+            self.lines
+                .carried(a.line, epoch, d.seq, d.seq.saturating_add(count));
+            if d.kind == Kind::Data && count > 0 {
+                if core.detector.holds(stream, epoch, d.seq, count) {
+                    // Another line brought all of it first: arbitrated, nothing stored.
+                    self.stats.messages += count;
+                    self.lines.lost_race(a.line, d.seq, count, a.now);
+                    return;
+                }
+                self.lines.won(a.line, d.seq, a.now);
+            }
+        }
         match d.kind {
             // The common case: a live datagram that continues a synced stream. The
             // sequencer takes all its messages in one step and the consumers get them as
@@ -248,6 +286,14 @@ impl Channel {
         emit: &mut impl Emit,
     ) {
         let stream = self.stream;
+        if a.via == Via::Multicast
+            && self.lines.redundant()
+            && core.detector.holds(stream, epoch, seq, 1)
+        {
+            // Part of a datagram another line brought first.
+            self.lines.discarded(a.line, 1);
+            return;
+        }
         if spec.make_room && a.via == Via::Multicast {
             self.make_room(core, spec, epoch, seq, stored.is_none(), emit);
         }
@@ -291,7 +337,7 @@ impl Channel {
                     core.detector
                         .ingest(stream, epoch, Frame::point(seq, payload), &mut out);
                 if let Some(gap) = outcome.new_gap {
-                    self.requester.new_gap(a.now.as_nanos(), &spec.policy);
+                    self.requester.new_gap(a.now.as_nanos(), &self.policy);
                     self.gap_opened(spec, a.now, gap);
                 }
                 outcome.disposition
@@ -452,6 +498,7 @@ impl Channel {
         stats.sequencer = core.detector.stats(self.stream);
         stats.requests_inflight = self.requester.inflight() as u64;
         stats.timeouts = self.requester.timeouts;
+        stats.arbitrated = self.lines.arbitrated();
         stats
     }
 }

@@ -221,7 +221,7 @@ impl Channel {
             return true;
         }
         let until = *self.epochs.drain_until.get_or_insert_with(|| {
-            let p = spec.policy;
+            let p = self.policy;
             let servers = self.spec.rerequest.len().max(1) as u64;
             let budget = p
                 .request_timeout_ns
@@ -305,6 +305,8 @@ impl Channel {
                 bytes,
                 recv: crate::time::Wall::from_nanos(recv_ns),
                 via: Via::Multicast,
+                // Held datagrams do not keep their line: no line is charged or credited.
+                line: usize::MAX,
             };
             self.handle(core, spec, replayed, decoded, emit);
         }
@@ -358,6 +360,8 @@ impl Channel {
         self.requester.clear();
         self.requester.progress();
         self.gaps.clear();
+        self.ripening.clear();
+        self.ripe_to = 0;
         self.given_up = false;
         self.stop_snapshot();
         self.epochs.end_of_session = false;

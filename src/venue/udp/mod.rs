@@ -11,6 +11,7 @@
 //! | `recovery` | recovery decisions, and the re-request planner |
 //! | `snapshot` | the snapshot phase |
 //! | `payload` | where a message's bytes are while it is held |
+//! | `lines` | redundant lines: first copy, skipped messages, lag, line down |
 //!
 //! Each channel has one [`Endpoint::Multicast`] per line, then one [`Endpoint::Unicast`]
 //! its requests go out from and its answers come back to, in channel order.
@@ -18,6 +19,7 @@
 mod channel;
 mod epoch;
 mod gaps;
+mod lines;
 mod payload;
 pub mod recovery;
 mod snapshot;
@@ -29,6 +31,7 @@ use std::collections::VecDeque;
 use channel::{Arrival, Channel, ChannelTimer, Core, Logged};
 use epoch::Epochs;
 use gaps::GapClock;
+use lines::Lines;
 use payload::PacketArena;
 use recovery::Requester;
 use snapshot::Phase;
@@ -51,6 +54,8 @@ const NOTICES: usize = 64;
 struct Route {
     channel: usize,
     via: Via,
+    /// The line, for [`Via::Multicast`].
+    line: usize,
 }
 
 /// A MoldUDP64 or IEX-TP venue. See the [module documentation](self).
@@ -79,10 +84,11 @@ impl UdpVenue {
         let mut routes = Vec::new();
         let mut channels = Vec::with_capacity(spec.channels.len());
         for (index, c) in spec.channels.iter().enumerate() {
-            for line in &c.lines {
+            for (number, line) in c.lines.iter().enumerate() {
                 routes.push(Route {
                     channel: index,
                     via: Via::Multicast,
+                    line: number,
                 });
                 endpoints.push(Endpoint::Multicast {
                     group: line.group,
@@ -96,7 +102,14 @@ impl UdpVenue {
             routes.push(Route {
                 channel: index,
                 via: Via::Unicast,
+                line: 0,
             });
+            let mut policy = spec.policy;
+            if c.lines.len() > 1 {
+                // A gap one line shows may be filled by another within the window: no
+                // request before it has passed.
+                policy.reorder_delay_ns = policy.reorder_delay_ns.max(spec.arbitration_window_ns);
+            }
             endpoints.push(Endpoint::Unicast {
                 interface: c
                     .lines
@@ -127,6 +140,10 @@ impl UdpVenue {
                 arena: PacketArena::new(spec.arena_datagrams, spec.max_datagram),
                 stats: ChannelStats::default(),
                 timers: TimerTable::new(),
+                lines: Lines::new(c.lines.len()),
+                ripening: GapClock::default(),
+                ripe_to: 0,
+                policy,
                 unicast,
                 logged: Logged::default(),
                 gaps: GapClock::default(),
@@ -245,6 +262,7 @@ impl UdpVenue {
             bytes: datagram,
             recv,
             via,
+            line: 0,
         };
         c.on_decoded(
             &mut self.core,
@@ -253,6 +271,15 @@ impl UdpVenue {
             wire::decode(self.spec.wire, datagram),
             emit,
         );
+    }
+
+    /// The endpoint of line `line` of `channel`.
+    pub fn endpoint_of_line(&self, channel: usize, line: usize) -> Option<EndpointId> {
+        let at = self
+            .routes
+            .iter()
+            .position(|r| r.channel == channel && r.via == Via::Multicast && r.line == line)?;
+        u16::try_from(at).ok().map(EndpointId)
     }
 
     /// Handles datagrams of `channel` that arrived together by `via`: the same as
@@ -290,35 +317,36 @@ impl Venue for UdpVenue {
         datagrams: &[Received<'_>],
         emit: &mut E,
     ) {
-        let Some(&Route { channel, via }) = self.routes.get(usize::from(endpoint.0)) else {
+        let Some(&Route { channel, via, line }) = self.routes.get(usize::from(endpoint.0)) else {
             return;
         };
         let Some(c) = self.channels.get_mut(channel) else {
             return;
         };
         let (core, spec) = (&mut self.core, &self.spec);
-        fn arrival<'a>(now: Mono, via: Via, d: &Received<'a>) -> Arrival<'a> {
+        fn arrival<'a>(now: Mono, via: Via, line: usize, d: &Received<'a>) -> Arrival<'a> {
             Arrival {
                 now,
                 bytes: d.bytes,
                 recv: d.recv,
                 via,
+                line,
             }
         }
         let mut fours = datagrams.chunks_exact(4);
         for four in &mut fours {
             let [a, b, cc, d] = four else { continue };
             let [da, db, dc, dd] = wire::decode4(spec.wire, [a.bytes, b.bytes, cc.bytes, d.bytes]);
-            c.on_decoded(core, spec, arrival(now, via, a), da, emit);
-            c.on_decoded(core, spec, arrival(now, via, b), db, emit);
-            c.on_decoded(core, spec, arrival(now, via, cc), dc, emit);
-            c.on_decoded(core, spec, arrival(now, via, d), dd, emit);
+            c.on_decoded(core, spec, arrival(now, via, line, a), da, emit);
+            c.on_decoded(core, spec, arrival(now, via, line, b), db, emit);
+            c.on_decoded(core, spec, arrival(now, via, line, cc), dc, emit);
+            c.on_decoded(core, spec, arrival(now, via, line, d), dd, emit);
         }
         for d in fours.remainder() {
             c.on_decoded(
                 core,
                 spec,
-                arrival(now, via, d),
+                arrival(now, via, line, d),
                 wire::decode(spec.wire, d.bytes),
                 emit,
             );
@@ -343,6 +371,12 @@ impl Venue for UdpVenue {
     fn handle_timeout<E: Emit>(&mut self, now: Mono, emit: &mut E) {
         let (core, spec) = (&mut self.core, &self.spec);
         for c in &mut self.channels {
+            if c.timers.is_due(ChannelTimer::LineWatch, now) {
+                let next = c
+                    .lines
+                    .watch(now, spec.line_down_ns, c.index, &mut core.notices);
+                c.timers.set_or_stop(ChannelTimer::LineWatch, next);
+            }
             c.snapshot_timers(core, spec, now, emit);
             c.drive(core, spec, now, false, emit);
             c.publish_state(core, emit);
@@ -384,6 +418,10 @@ impl Venue for UdpVenue {
         self.channels.len()
     }
 
+    fn lines(&self, index: usize) -> &[crate::venue::LineStats] {
+        self.channels.get(index).map_or(&[], |c| c.lines.stats())
+    }
+
     fn stream(&self, index: usize) -> Option<StreamInfo<'_>> {
         let c = self.channels.get(index)?;
         Some(StreamInfo {
@@ -406,6 +444,7 @@ impl UdpVenue {
             ChannelTimer::GapDeadline => "gap deadline",
             ChannelTimer::SessionDrain => "session drain",
             ChannelTimer::LostReport => "lost report",
+            ChannelTimer::LineWatch => "line watch",
         };
         self.channels
             .iter()

@@ -183,6 +183,11 @@ impl Requester {
         self.replan_at = Some(self.replan_at.map_or(at, |t| t.min(at)));
     }
 
+    /// Plans again at `at` at the latest (a gap another line may still fill ripens then).
+    pub fn plan_by(&mut self, at: u64) {
+        self.replan_at = Some(self.replan_at.map_or(at, |t| t.min(at)));
+    }
+
     /// True when a plan has something to do at `now`: the reorder delay passed, a request
     /// timed out, or a plan stopped by the rate limit can continue.
     pub fn due(&self, now: u64, policy: &RequestPolicy) -> bool {
@@ -369,7 +374,7 @@ impl Channel {
             );
         let at = if waiting {
             self.requester
-                .next_deadline(&spec.policy)
+                .next_deadline(&self.policy)
                 .map(Mono::from_nanos)
         } else {
             None
@@ -398,10 +403,11 @@ impl Channel {
             }
             Phase::Idle => {}
         }
-        let policy = spec.policy;
+        let policy = self.policy;
         match core.detector.state(self.stream) {
             StreamState::Unseen | StreamState::Synced | StreamState::Closed => {
                 self.requester.clear();
+                self.ripening.clear();
                 return;
             }
             StreamState::ResetRequired => {
@@ -429,6 +435,18 @@ impl Channel {
             self.start_snapshot(core, spec, now, emit);
             return;
         }
+        // On redundant lines only a gap older than the arbitration window is asked for:
+        // another line may still bring a younger one.
+        let ripe_to = if self.lines.redundant() {
+            self.ripening
+                .forget_below(core.detector.missing(self.stream).next().map(|r| r.from));
+            while let Some(to) = self.ripening.pop_due(now) {
+                self.ripe_to = self.ripe_to.max(to);
+            }
+            self.ripe_to
+        } else {
+            u64::MAX
+        };
         let plan = if self.requester.has_servers() {
             let session = self.epochs.session.unwrap_or_default();
             let (tx, stats, endpoint, wire) =
@@ -436,7 +454,11 @@ impl Channel {
             self.requester.plan(
                 now_ns,
                 &policy,
-                core.detector.missing(self.stream).in_window(),
+                core.detector
+                    .missing(self.stream)
+                    .in_window()
+                    .filter(|r| r.from <= ripe_to)
+                    .map(|r| SeqRange::new(r.from, r.to.min(ripe_to))),
                 |to, range| {
                     let count = range.len().min(u64::from(u16::MAX)) as u16;
                     let (bytes, len) = wire.encode_request(session, range.from, count);
@@ -459,6 +481,9 @@ impl Channel {
             self.requester.clear();
             Plan::Exhausted
         };
+        if let Some(at) = self.ripening.next_due() {
+            self.requester.plan_by(at.as_nanos());
+        }
         if plan == Plan::Exhausted && !self.start_snapshot(core, spec, now, emit) {
             self.unrecoverable(core, spec, now, emit);
         }
@@ -517,6 +542,10 @@ impl Channel {
 
     /// Notes a gap that just appeared, for its deadline (`gap_policy = "skip"`).
     pub(super) fn gap_opened(&mut self, spec: &FeedSpec, now: Mono, gap: SeqRange) {
+        if self.lines.redundant() {
+            let ripe = now.after_nanos(spec.arbitration_window_ns);
+            self.ripening.opened(gap, ripe);
+        }
         if spec.gap_policy == GapPolicy::Skip {
             let due = Mono::from_nanos(now.as_nanos().saturating_add(spec.gap_deadline_ns));
             self.gaps.opened(gap, due);

@@ -125,6 +125,11 @@ pub struct FeedSpec {
     /// capture), with a reorder delay that never ends: a gap is then held while memory
     /// allows, and exactly what had not arrived is declared lost.
     pub make_room: bool,
+    /// On a channel with more than one line, no gap is asked for before this long after it
+    /// appeared, so another line can fill it first (the reorder delay, when longer, holds).
+    pub arbitration_window_ns: u64,
+    /// A line silent this long while another line of its channel is live is down.
+    pub line_down_ns: u64,
 }
 
 impl FeedSpec {
@@ -148,6 +153,8 @@ impl FeedSpec {
             gap_policy: GapPolicy::Hold,
             gap_deadline_ns: 1_000_000_000,
             make_room: false,
+            arbitration_window_ns: 1_000_000,
+            line_down_ns: 2_000_000_000,
         }
     }
 }
