@@ -9,8 +9,8 @@ use toml::Spanned;
 use super::check::{GROUP, NAME, SERVER, one_of};
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
-use super::raw::{RawChannel, RawSnapshot};
-use super::schema::{Channel, Snapshot};
+use super::raw::{RawChannel, RawLine, RawSnapshot};
+use super::schema::{Channel, Line, Snapshot};
 use super::values::{IexSession, MoldSession, SoupLogin, keyword_enum};
 
 /// `SO_RCVBUF` when `rcvbuf` is left out: 64 MiB, enough for a burst of a busy feed.
@@ -35,26 +35,61 @@ pub(super) fn channel<S>(
     let name = report
         .required(&raw.name, &header, &path.key("name"), NAME)
         .and_then(|f| report.name(f, &path.key("name")));
-    let group = report
-        .required(&raw.group, &header, &path.key("group"), GROUP)
-        .and_then(|f| report.group(f, &path.key("group")));
-    let local = "a local unicast IPv4 address such as \"10.1.2.3\", or \"0.0.0.0\"";
-    let interface = match &raw.interface {
-        None => Some(Ipv4Addr::UNSPECIFIED),
-        Some(f) => report
-            .ipv4(f, &path.key("interface"), local)
-            .and_then(|ip| match ip.is_unspecified() {
-                true => Some(ip),
-                false => report.unicast(ip, &f.span(), &path.key("interface"), local),
-            }),
-    };
-    let sender = "the unicast IPv4 address of the sender, such as \"206.200.1.1\"";
-    let source = match &raw.source {
-        None => Some(None),
-        Some(f) => report
-            .ipv4(f, &path.key("source"), sender)
-            .and_then(|ip| report.unicast(ip, &f.span(), &path.key("source"), sender))
-            .map(Some),
+    let lines = match &raw.lines {
+        None => {
+            let one = RawLine {
+                group: raw.group.clone(),
+                interface: raw.interface.clone(),
+                source: raw.source.clone(),
+            };
+            line(&one, &header, path, report).map(|l| vec![l])
+        }
+        Some(list) => {
+            let shorthand = [
+                ("group", &raw.group),
+                ("interface", &raw.interface),
+                ("source", &raw.source),
+            ];
+            for (key, field) in shorthand {
+                if let Some(f) = field {
+                    report.push(
+                        ErrorKind::InvalidValue,
+                        &f.span(),
+                        &path.key(key),
+                        format!("`{key}` beside `lines`"),
+                        "either `lines = [...]` or the one-line shorthand `group`, \
+                         `interface`, `source`, not both",
+                    );
+                }
+            }
+            let items = list.get_ref();
+            if items.is_empty() || items.len() > MAX_LINES {
+                let found = format!("{} lines", items.len());
+                let expected = format!("1 to {MAX_LINES} lines");
+                report.push(
+                    ErrorKind::InvalidValue,
+                    &list.span(),
+                    &path.key("lines"),
+                    found,
+                    &expected,
+                );
+                None
+            } else {
+                let built: Vec<Option<Line>> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        line(
+                            item.get_ref(),
+                            &item.span(),
+                            &path.key("lines").index(i),
+                            report,
+                        )
+                    })
+                    .collect();
+                built.into_iter().collect()
+            }
+        }
     };
     let session = match &raw.session {
         None => Some(None),
@@ -103,13 +138,50 @@ pub(super) fn channel<S>(
     );
     Some(Channel {
         name: name?,
-        group: group?,
-        interface: interface?,
-        source: source?,
+        lines: lines?,
         session: session?,
         rerequest: rerequest?,
         snapshot: snapshot?,
         rcvbuf: rcvbuf?,
+    })
+}
+
+/// Lines a channel takes at most.
+pub(super) const MAX_LINES: usize = 8;
+
+/// One line of a channel at `path` (the channel itself for the shorthand keys); `header`
+/// is where a missing `group` is reported.
+fn line(
+    raw: &RawLine,
+    header: &std::ops::Range<usize>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<Line> {
+    let group = report
+        .required(&raw.group, header, &path.key("group"), GROUP)
+        .and_then(|f| report.group(f, &path.key("group")));
+    let local = "a local unicast IPv4 address such as \"10.1.2.3\", or \"0.0.0.0\"";
+    let interface = match &raw.interface {
+        None => Some(Ipv4Addr::UNSPECIFIED),
+        Some(f) => report
+            .ipv4(f, &path.key("interface"), local)
+            .and_then(|ip| match ip.is_unspecified() {
+                true => Some(ip),
+                false => report.unicast(ip, &f.span(), &path.key("interface"), local),
+            }),
+    };
+    let sender = "the unicast IPv4 address of the sender, such as \"206.200.1.1\"";
+    let source = match &raw.source {
+        None => Some(None),
+        Some(f) => report
+            .ipv4(f, &path.key("source"), sender)
+            .and_then(|ip| report.unicast(ip, &f.span(), &path.key("source"), sender))
+            .map(Some),
+    };
+    Some(Line {
+        group: group?,
+        interface: interface?,
+        source: source?,
     })
 }
 

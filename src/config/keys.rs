@@ -54,6 +54,8 @@ const SNAPSHOT: &[(&str, Ty)] = &[
     ("password", Str),
 ];
 
+const LINE: &[(&str, Ty)] = &[("group", Str), ("interface", Str), ("source", Str)];
+
 const CHANNEL: &[(&str, Ty)] = &[
     ("name", Str),
     ("group", Str),
@@ -63,6 +65,7 @@ const CHANNEL: &[(&str, Ty)] = &[
     ("rerequest", Strs),
     ("snapshot", Ty::Table(SNAPSHOT)),
     ("rcvbuf", Int),
+    ("lines", Ty::Tables(LINE)),
 ];
 
 const RECOVERY: &[(&str, Ty)] = &[
@@ -79,6 +82,8 @@ const RECOVERY: &[(&str, Ty)] = &[
     ("snapshot_timeout_ms", Int),
     ("gap_policy", Str),
     ("gap_deadline_ms", Int),
+    ("arbitration_window_us", Int),
+    ("line_down_ms", Int),
 ];
 
 const VENUE: &[(&str, Ty)] = &[

@@ -68,9 +68,10 @@
 //! | key | allowed | default |
 //! | --- | --- | --- |
 //! | `name` | `[a-z0-9_-]{1,64}`, unique in the venue | required |
-//! | `group` | multicast IPv4 address and non-zero port, unique in the venue | required |
-//! | `interface` | local IPv4 address to join on | `"0.0.0.0"` |
-//! | `source` | unicast IPv4 sender address (source-specific multicast) | any sender |
+//! | `lines` | 1..=8 redundant lines `{ group, interface, source }` (each key as below), arbitrated: the first copy of a message wins; named `a`, `b`, ... in metrics and logs | one line from the keys below |
+//! | `group` | multicast IPv4 address and non-zero port, unique in the venue (every line's); not beside `lines` | required without `lines` |
+//! | `interface` | local IPv4 address to join on; not beside `lines` | `"0.0.0.0"` |
+//! | `source` | unicast IPv4 sender address (source-specific multicast); not beside `lines` | any sender |
 //! | `session` | the session expected first, not a filter: its datagrams are taken from the first one on, while any other session (the first seen, when the key is absent) is adopted only after `session_confirm` datagrams in a row; adopting another before one datagram of this one was seen logs a warning naming both. moldudp64: 1..=10 printable ASCII characters; iex-tp: a u32 as integer or string | none: the first seen, once confirmed |
 //! | `rerequest` | unicast IPv4 addresses and ports, tried in order | none |
 //! | `snapshot` | `{ kind = "soupbintcp", addr, username (<= 6), password (<= 10) }` | none |
@@ -94,6 +95,8 @@
 //! | `snapshot_timeout_ms` | 1..=3600000 | 10000 |
 //! | `gap_policy` | `"hold"`: nothing past an unrecovered gap is delivered; once every re-request server spent its `retry_budget` (and no snapshot helps) the stream latches `reset_required` until the next session. `"skip"`: a gap still open after `gap_deadline_ms`, or once the budget is spent, is declared lost (a `gap` event with its range) and delivery goes on | `"hold"` |
 //! | `gap_deadline_ms` | 1..=3600000; with `gap_policy = "skip"` only | 1000 |
+//! | `arbitration_window_us` | 0..=1000000: on a channel with several lines, a gap is re-requested only once open this long (`reorder_delay_us` holds when longer) | 1000 |
+//! | `line_down_ms` | 10..=600000: a line silent this long while another of its channel is live is down | 2000 |
 //!
 //! `[[sink]]`, any number, paths unique:
 //!
@@ -125,7 +128,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position, Snippet};
 pub use schema::{
-    BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, LogFormat, LogLevel, Market,
+    BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, Line, LogFormat, LogLevel, Market,
     Recovery, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{

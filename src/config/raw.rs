@@ -133,6 +133,16 @@ pub(super) struct RawChannel {
     pub rerequest: List<String>,
     pub snapshot: Field<RawSnapshot>,
     pub rcvbuf: Field<i64>,
+    pub lines: List<RawLine>,
+}
+
+/// One of `lines = [{ ... }, ...]` of a channel.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLine {
+    pub group: Field<String>,
+    pub interface: Field<String>,
+    pub source: Field<String>,
 }
 
 /// `snapshot = { ... }` of a channel.
@@ -162,6 +172,8 @@ pub(super) struct RawRecovery {
     pub snapshot_timeout_ms: Field<i64>,
     pub gap_policy: Field<String>,
     pub gap_deadline_ms: Field<i64>,
+    pub arbitration_window_us: Field<i64>,
+    pub line_down_ms: Field<i64>,
 }
 
 impl RawRecovery {
@@ -178,6 +190,8 @@ impl RawRecovery {
             ("session_confirm", span(&self.session_confirm)),
             ("gap_policy", span(&self.gap_policy)),
             ("gap_deadline_ms", span(&self.gap_deadline_ms)),
+            ("arbitration_window_us", span(&self.arbitration_window_us)),
+            ("line_down_ms", span(&self.line_down_ms)),
         ];
         keys.into_iter()
             .filter_map(|(k, s)| Some((k, s?)))

@@ -265,12 +265,9 @@ pub enum VenueKind {
 pub struct Channel<S> {
     /// Unique within the venue.
     pub name: Name,
-    /// The group and port joined.
-    pub group: MulticastGroup,
-    /// The local address the group is joined on; `0.0.0.0` lets the kernel choose.
-    pub interface: Ipv4Addr,
-    /// Accept packets from this source only (source-specific multicast).
-    pub source: Option<Ipv4Addr>,
+    /// The redundant lines the channel is published on (one or more), in the order
+    /// their metrics and logs name them (`a`, `b`, ...).
+    pub lines: Vec<Line>,
     /// The session expected first (not a filter): its datagrams are taken at once, any
     /// other session only once confirmed; `None` adopts the first one seen, once confirmed.
     pub session: Option<S>,
@@ -280,6 +277,24 @@ pub struct Channel<S> {
     pub snapshot: Option<Snapshot>,
     /// `SO_RCVBUF` in bytes.
     pub rcvbuf: usize,
+}
+
+impl<S> Channel<S> {
+    /// The first line's group (every valid channel has one).
+    pub fn group(&self) -> Option<MulticastGroup> {
+        self.lines.first().map(|l| l.group)
+    }
+}
+
+/// One line of a channel: a multicast group joined on one interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    /// The group and port joined.
+    pub group: MulticastGroup,
+    /// The local address the group is joined on; `0.0.0.0` lets the kernel choose.
+    pub interface: Ipv4Addr,
+    /// Accept packets from this source only (source-specific multicast).
+    pub source: Option<Ipv4Addr>,
 }
 
 /// A snapshot service.
@@ -355,6 +370,11 @@ pub struct Recovery {
     /// With [`GapPolicy::Skip`]: a gap still open this long after it appeared is declared
     /// lost.
     pub gap_deadline: Duration,
+    /// On a channel with several lines, a gap is asked for only once it has been open
+    /// this long (the reorder delay, when longer, holds): another line may fill it.
+    pub arbitration_window: Duration,
+    /// A line silent this long while another line of its channel is live is down.
+    pub line_down: Duration,
 }
 
 impl Default for Recovery {
@@ -376,6 +396,8 @@ impl Default for Recovery {
             snapshot_timeout: Duration::from_millis(10_000),
             gap_policy: GapPolicy::Hold,
             gap_deadline: Duration::from_millis(1_000),
+            arbitration_window: Duration::from_micros(1_000),
+            line_down: Duration::from_millis(2_000),
         }
     }
 }

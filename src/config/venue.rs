@@ -125,9 +125,25 @@ fn channels<S>(
             );
         }
         let built_channel = super::channel::channel(channel, &path, report, session);
-        if let (Some(c), Some(group)) = (&built_channel, &raw.group) {
-            let span = group.span();
-            report.unique(&mut groups, c.group, &span, &path.key("group"), "group");
+        if let Some(c) = &built_channel {
+            // Every line's group is unique in the venue: a datagram names its line by
+            // its group alone.
+            let spans: Vec<(Path, std::ops::Range<usize>)> = match (&raw.group, &raw.lines) {
+                (Some(group), _) => vec![(path.key("group"), group.span())],
+                (None, Some(lines)) => lines
+                    .get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let span = l.get_ref().group.as_ref().map_or(l.span(), |g| g.span());
+                        (path.key("lines").index(i).key("group"), span)
+                    })
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+            for (line, (at, span)) in c.lines.iter().zip(spans) {
+                report.unique(&mut groups, line.group, &span, &at, "group");
+            }
         }
         built.push(built_channel);
     }
@@ -256,7 +272,22 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
             "gap_deadline_ms only with gap_policy = \"skip\" (hold never declares a gap lost)",
         );
     }
+    let arbitration_window = match &raw.arbitration_window_us {
+        None => Some(d.arbitration_window),
+        Some(f) => report
+            .int(f, &path.key("arbitration_window_us"), 0..=1_000_000)
+            .map(Duration::from_micros),
+    };
+    let line_down = millis(
+        &raw.line_down_ms,
+        &path.key("line_down_ms"),
+        10..=600_000,
+        d.line_down,
+        report,
+    );
     Some(Recovery {
+        arbitration_window: arbitration_window?,
+        line_down: line_down?,
         gap_policy: gap_policy?,
         gap_deadline: gap_deadline?,
         buffering: buffering?,

@@ -49,7 +49,9 @@ pub fn start_mold_simulators(
             continue;
         };
         for (i, channel) in channels.iter().enumerate() {
-            let group = channel.group.addr();
+            let Some(group) = channel.group().map(|g| g.addr()) else {
+                continue;
+            };
             let mut cfg = MoldSimConfig::new(group);
             cfg.count = (rate * duration.as_secs_f64()) as u64;
             cfg.rate = Some(rate);
@@ -135,7 +137,9 @@ pub fn run_demo(duration: Duration) -> Result<RunSummary, DemoError> {
         .venues
         .iter()
         .filter_map(|v| match &v.kind {
-            VenueKind::MoldUdp64 { channels, .. } => Some(channels.iter().map(|c| c.group.addr())),
+            VenueKind::MoldUdp64 { channels, .. } => {
+                Some(channels.iter().filter_map(|c| c.group().map(|g| g.addr())))
+            }
             _ => None,
         })
         .flatten()

@@ -617,3 +617,85 @@ fn more_symbols_than_one_connection_carries() {
     let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(1024))]);
     Config::parse(&text, FILE).expect("1,024 symbols fit one connection");
 }
+
+#[test]
+fn redundant_lines_are_read_in_order_with_their_interfaces() {
+    let text = edit(&[(
+        "  name = \"itch-b\"\n  group = \"233.49.196.111:26477\"\n",
+        "  name = \"itch-b\"\n  lines = [\n    { group = \"233.49.196.111:26477\", interface = \"10.1.3.3\" },\n    { group = \"233.49.197.111:26477\", source = \"206.200.1.2\" },\n  ]\n",
+    )]);
+    let config = Config::parse(&text, FILE).expect("lines are valid");
+    let gapless::config::VenueKind::MoldUdp64 { channels, .. } = &config.venues[0].kind else {
+        panic!("a moldudp64 venue");
+    };
+    let lines = &channels[1].lines;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].group.addr().to_string(), "233.49.196.111:26477");
+    assert_eq!(lines[0].interface.to_string(), "10.1.3.3");
+    assert_eq!(lines[1].interface.to_string(), "0.0.0.0");
+    assert_eq!(
+        lines[1].source.map(|s| s.to_string()).as_deref(),
+        Some("206.200.1.2")
+    );
+    assert_eq!(channels[0].lines.len(), 1, "the shorthand is one line");
+}
+
+#[test]
+fn a_line_group_used_twice_and_lines_beside_the_shorthand_are_errors() {
+    // Line b of itch-b reuses itch-a's group.
+    let text = edit(&[(
+        "  name = \"itch-b\"\n  group = \"233.49.196.111:26477\"\n",
+        "  name = \"itch-b\"\n  lines = [{ group = \"233.49.196.111:26477\" }, { group = \"233.54.12.111:26477\" }]\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::Duplicate,
+        "16:58",
+        "venue[0].channel[1].lines[1].group",
+        "",
+    );
+    let text = edit(&[(
+        "  name = \"itch-b\"\n",
+        "  name = \"itch-b\"\n  lines = [{ group = \"233.49.197.111:26477\" }]\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::InvalidValue,
+        "17:11",
+        "venue[0].channel[1].group",
+        "either `lines = [...]` or the one-line shorthand",
+    );
+    let text = edit(&[(
+        "  name = \"itch-b\"\n  group = \"233.49.196.111:26477\"\n",
+        "  name = \"itch-b\"\n  lines = []\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::InvalidValue,
+        "16:11",
+        "venue[0].channel[1].lines",
+        "1 to 8 lines",
+    );
+    let text = edit(&[(
+        "  name = \"itch-b\"\n  group = \"233.49.196.111:26477\"\n",
+        "  name = \"itch-b\"\n  lines = [{ group = \"10.0.0.1:26477\" }]\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::NotMulticast,
+        "16:22",
+        "venue[0].channel[1].lines[0].group",
+        "multicast",
+    );
+    let text = edit(&[(
+        "  reorder_window = 1024\n",
+        "  reorder_window = 1024\n  line_down_ms = 5\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "20:18",
+        "venue[0].recovery.line_down_ms",
+        "10",
+    );
+}

@@ -27,8 +27,10 @@ fn venue_hosts(venue: &Venue) -> Vec<String> {
     match &venue.kind {
         VenueKind::MoldUdp64 { channels, .. } => {
             for channel in channels {
-                hosts.push(channel.interface.to_string());
-                hosts.extend(channel.source.map(|ip| ip.to_string()));
+                for line in &channel.lines {
+                    hosts.push(line.interface.to_string());
+                    hosts.extend(line.source.map(|ip| ip.to_string()));
+                }
                 hosts.extend(channel.rerequest.iter().map(|a| a.ip().to_string()));
                 if let Some(Snapshot::SoupBinTcp { addr, .. }) = &channel.snapshot {
                     hosts.push(addr.ip().to_string());
@@ -37,8 +39,10 @@ fn venue_hosts(venue: &Venue) -> Vec<String> {
         }
         VenueKind::IexTp { channels, .. } => {
             for channel in channels {
-                hosts.push(channel.interface.to_string());
-                hosts.extend(channel.source.map(|ip| ip.to_string()));
+                for line in &channel.lines {
+                    hosts.push(line.interface.to_string());
+                    hosts.extend(line.source.map(|ip| ip.to_string()));
+                }
                 hosts.extend(channel.rerequest.iter().map(|a| a.ip().to_string()));
             }
         }
@@ -112,8 +116,8 @@ fn demo_points_at_this_machine_only() {
             assert!(is_loopback(&host), "demo venue {} uses {host}", venue.name);
         }
         if let VenueKind::MoldUdp64 { channels, .. } = &venue.kind {
-            for channel in channels {
-                let group = *channel.group.addr().ip();
+            for line in channels.iter().flat_map(|c| &c.lines) {
+                let group = *line.group.addr().ip();
                 let admin_scoped = group.octets()[0] == 239 && group.octets()[1] == 255;
                 assert!(admin_scoped, "demo group {group} is not site-local");
             }
@@ -145,7 +149,8 @@ kind = "moldudp64"
         panic!("expected a moldudp64 venue");
     };
     assert_eq!(*recovery, Recovery::default());
-    assert_eq!(channels[0].interface, Ipv4Addr::UNSPECIFIED);
+    assert_eq!(channels[0].lines.len(), 1);
+    assert_eq!(channels[0].lines[0].interface, Ipv4Addr::UNSPECIFIED);
     assert_eq!(channels[0].rcvbuf, 64 << 20);
     assert!(channels[0].rerequest.is_empty() && channels[0].snapshot.is_none());
 }

@@ -201,12 +201,16 @@ pub fn spec_from_config(venue: &Venue, stream_base: u16) -> Option<FeedSpec> {
 fn channel_spec<S>(c: &Channel<S>, session: Option<SessionKey>) -> ChannelSpec {
     ChannelSpec {
         name: c.name.as_str().to_string(),
-        lines: vec![LineSpec {
-            group: c.group.addr(),
-            interface: c.interface,
-            source: c.source,
-            rcvbuf: c.rcvbuf,
-        }],
+        lines: c
+            .lines
+            .iter()
+            .map(|l| LineSpec {
+                group: l.group.addr(),
+                interface: l.interface,
+                source: l.source,
+                rcvbuf: c.rcvbuf,
+            })
+            .collect(),
         session,
         rerequest: c.rerequest.iter().map(|a| SocketAddr::V4(*a)).collect(),
         snapshot: c.snapshot.as_ref().map(|s| match s {
@@ -231,6 +235,8 @@ fn apply_recovery(spec: &mut FeedSpec, r: &Recovery) {
         config::GapPolicy::Skip => GapPolicy::Skip,
     };
     spec.gap_deadline_ns = duration_nanos(r.gap_deadline);
+    spec.arbitration_window_ns = duration_nanos(r.arbitration_window);
+    spec.line_down_ns = duration_nanos(r.line_down);
     spec.policy = RequestPolicy {
         reorder_delay_ns: duration_nanos(r.reorder_delay),
         request_timeout_ns: duration_nanos(r.request_timeout),
