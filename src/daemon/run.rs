@@ -45,7 +45,7 @@ use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle, Rotation};
 use crate::sinks::pcap::PcapSinkHandle;
 use crate::sinks::shm::ShmSink;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle, set_access};
-use crate::venue::{AnyVenue, BuildError, Venue as _};
+use crate::venue::{AnyVenue, BuildError, Venue as _, line_name};
 
 /// Why the daemon could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -288,10 +288,24 @@ impl Daemon {
             .iter()
             .map(|v| (!v.counters().is_empty()).then(|| registry.add_venue(v.name())))
             .collect();
+        let line_metrics = venues
+            .iter()
+            .map(|v| {
+                (0..v.stream_count())
+                    .map(|i| {
+                        let stream = v.stream(i).map_or("", |s| s.name);
+                        (0..v.lines(i).len())
+                            .map(|l| registry.add_line(v.name(), stream, &line_name(l)))
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
         let shared = RxShared {
             metrics: Some(Arc::clone(&registry)),
             stream_metrics: stream_metrics.clone(),
             venue_metrics,
+            line_metrics,
             ..RxShared::default()
         };
         // Loss injection for chaos tests: off unless the environment asks, and loud then.

@@ -162,7 +162,7 @@ impl StatusLines {
                 let delivered = s.sequencer.delivered;
                 let rate = (delivered.saturating_sub(*prev)) as f64 / secs;
                 *prev = delivered;
-                format!(
+                let mut line = format!(
                     "{}/{}: {:<18} {:>10.0} msg/s  delivered {:>9}  gaps {:>5}  missing {:>6}  recovered {:>7}  resyncs {:>3}",
                     v.venue,
                     v.stream,
@@ -173,10 +173,30 @@ impl StatusLines {
                     s.sequencer.missing,
                     s.recovered,
                     s.snapshots_done
-                )
+                );
+                if v.lines.len() > 1 {
+                    line.push_str(&lines_text(&v.lines));
+                }
+                line
             })
             .collect()
     }
+}
+
+/// `  lines a up 61% first, b DOWN 39% first`: each line's state and its share of the
+/// datagrams that came first.
+fn lines_text(lines: &[crate::venue::LineStats]) -> String {
+    let wins: u64 = lines.iter().map(|l| l.wins).sum();
+    let parts: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let share = (l.wins as f64 * 100.0 / wins.max(1) as f64).round();
+            let state = if l.down { "DOWN" } else { "up" };
+            format!("{} {state} {share}% first", crate::venue::line_name(i))
+        })
+        .collect();
+    format!("  lines {}", parts.join(", "))
 }
 
 /// The end-of-run summary as text.
@@ -224,6 +244,30 @@ pub fn summary_text(summary: &RunSummary) -> String {
             s.new_sessions,
             s.unconfirmed_session
         );
+        if v.lines.len() > 1 {
+            let wins: u64 = v.lines.iter().map(|l| l.wins).sum();
+            let each: Vec<String> = v
+                .lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    format!(
+                        "line {} {} ({:.0}% first, {} missed, down {} times)",
+                        crate::venue::line_name(i),
+                        if l.down { "down" } else { "up" },
+                        l.wins as f64 * 100.0 / wins.max(1) as f64,
+                        l.missed,
+                        l.downs
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "    {}; copies discarded by arbitration {}",
+                each.join(", "),
+                s.arbitrated
+            );
+        }
     }
     if let Some([p50, p90, p99, p999, max]) = summary.latency_ns {
         let us = |ns: u64| ns as f64 / 1_000.0;
@@ -252,6 +296,7 @@ mod tests {
             stats: Default::default(),
             sockets: Default::default(),
             state,
+            lines: Vec::new(),
         }
     }
 

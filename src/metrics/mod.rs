@@ -41,6 +41,7 @@ pub mod counters;
 pub mod exporter;
 pub mod exposition;
 pub mod histogram;
+pub mod line;
 pub mod venue;
 
 #[cfg(test)]
@@ -58,6 +59,7 @@ pub use counters::{ProcessMetrics, Series, SeriesKind, StreamMetrics, StreamSamp
 pub use exporter::{Exporter, ExporterHandle, ExporterStats};
 pub use exposition::Format;
 pub use histogram::{AtomicHistogram, HistogramSnapshot, LatencySummary};
+pub use line::{LineMetrics, LineSocket};
 pub use venue::{VenueMetrics, VenueSeries};
 
 /// How long the rx loop may go without marking itself alive before
@@ -83,6 +85,7 @@ pub struct Registry {
     venues: Mutex<Vec<(String, Arc<VenueMetrics>)>>,
     consumers: Mutex<Vec<ConsumerEntry>>,
     rings: Mutex<Vec<(String, Arc<ShmCounters>)>>,
+    lines: Mutex<Vec<line::LineEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
     exporter: Arc<ExporterStats>,
@@ -116,6 +119,7 @@ impl Registry {
             venues: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
+            lines: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
             exporter: Arc::new(ExporterStats::default()),
@@ -142,6 +146,18 @@ impl Registry {
         lock(&self.streams).push(StreamEntry {
             venue: escape_label(venue),
             stream: escape_label(stream),
+            metrics: Arc::clone(&metrics),
+        });
+        metrics
+    }
+
+    /// Registers line `line` of a stream and returns the metrics its rx thread writes.
+    pub fn add_line(&self, venue: &str, stream: &str, line: &str) -> Arc<LineMetrics> {
+        let metrics = Arc::new(LineMetrics::default());
+        lock(&self.lines).push(line::LineEntry {
+            venue: escape_label(venue),
+            stream: escape_label(stream),
+            line: escape_label(line),
             metrics: Arc::clone(&metrics),
         });
         metrics
@@ -235,6 +251,7 @@ impl Registry {
         families.extend(venue_families(&lock(&self.venues)));
         families.extend(consumer_families(&lock(&self.consumers)));
         families.extend(ring_families(&lock(&self.rings)));
+        families.extend(line::line_families(&lock(&self.lines)));
 
         let mut cycle = Family::new(
             "gapless_rx_cycle_seconds",

@@ -362,6 +362,16 @@ fn busy_registry() -> Arc<Registry> {
     let (producer, _consumer) = channel(4096, 2);
     registry.add_consumer("unix", Arc::clone(producer.stats()));
     registry.add_ring("/run/gapless/a.ring", ring_with_three_records());
+    let line = registry.add_line("nasdaq", "itch-a", "b");
+    let mut stats = crate::venue::LineStats {
+        packets: 9,
+        wins: 2,
+        down: true,
+        downs: 1,
+        ..crate::venue::LineStats::default()
+    };
+    stats.lag.record(300_000);
+    line.publish(&stats, crate::metrics::LineSocket::default());
     registry.process().mark_alive_now();
     registry
 }

@@ -68,6 +68,8 @@ pub struct StreamView {
     pub sockets: SocketStats,
     /// What its consumers were last told.
     pub state: crate::publish::StreamState,
+    /// Its redundant lines, in configuration order (empty for a stream with none).
+    pub lines: Vec<crate::venue::LineStats>,
 }
 
 /// What the loop hands back when it stops: its venues, their final views and the fan-out
@@ -123,6 +125,8 @@ pub struct RxShared {
     /// Venue-wide metrics (connections, snapshot requests), indexed by venue; `None` for a
     /// venue with no venue-wide counters.
     pub venue_metrics: Vec<Option<Arc<crate::metrics::VenueMetrics>>>,
+    /// Per-line metrics, indexed by venue, then the venue's stream, then line.
+    pub line_metrics: Vec<Vec<Vec<Arc<crate::metrics::LineMetrics>>>>,
     /// Set to ask the loop to finish its cycle and return.
     pub stop: Arc<AtomicBool>,
     /// Monotonic nanoseconds (process clock) of the last completed cycle.
@@ -137,6 +141,7 @@ impl Default for RxShared {
             metrics: None,
             stream_metrics: Vec::new(),
             venue_metrics: Vec::new(),
+            line_metrics: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             alive_ns: Arc::new(AtomicU64::new(0)),
             views: Arc::new(std::sync::Mutex::new(Vec::new())),
@@ -577,12 +582,32 @@ impl RxLoop {
                     .iter()
                     .filter(|s| s.stream == i)
                     .fold(SocketStats::default(), |a, s| a.add(s.stats));
+                let lines = venue.lines(i);
+                let line_metrics = self
+                    .shared
+                    .line_metrics
+                    .get(v)
+                    .and_then(|s| s.get(i))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                // A stream's multicast sockets are its lines, in order.
+                let line_sockets = sockets.iter().filter(|s| s.stream == i && s.is_multicast());
+                for ((line, m), socket) in lines.iter().zip(line_metrics).zip(line_sockets) {
+                    m.publish(
+                        line,
+                        crate::metrics::LineSocket {
+                            filtered: socket.stats.filtered,
+                            truncated: socket.stats.truncated,
+                        },
+                    );
+                }
                 let view = StreamView {
                     venue: venue.name().to_string(),
                     stream: info.name.to_string(),
                     stats: info.stats,
                     sockets: socket_stats,
                     state: info.state,
+                    lines: lines.to_vec(),
                 };
                 if let Some(m) = self.shared.stream_metrics.get(usize::from(info.id)) {
                     let mut sample = crate::metrics::StreamSample::from(&view.stats);

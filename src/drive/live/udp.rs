@@ -43,6 +43,13 @@ impl SocketStats {
     }
 }
 
+impl Socket {
+    /// A multicast join (a line of its stream), not a unicast socket.
+    pub(super) fn is_multicast(&self) -> bool {
+        self.info.is_some()
+    }
+}
+
 /// One open endpoint.
 pub(super) struct Socket {
     pub(super) socket: UdpSocket,
