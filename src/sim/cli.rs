@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::protocol::moldudp64::Session;
 
 use super::SimError;
-use super::config::{MoldSimConfig, Source};
-use super::faults::{FaultConfig, Injected};
+use super::config::{MoldSimConfig, SimLine, Source};
+use super::faults::{FaultConfig, Injected, LineFaults};
 use super::handle::MoldSim;
 use super::stats::SimStats;
 
@@ -21,8 +21,14 @@ const STALL_BOUND: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, clap::Args)]
 pub struct MoldSimArgs {
     /// Multicast group (or 127.0.0.0/8 address) and port to publish to.
-    #[arg(long, default_value = "239.255.0.1:30001")]
+    #[arg(long, default_value = "239.255.0.1:30001", conflicts_with = "line")]
     pub group: SocketAddrV4,
+    /// A redundant line, repeatable (the first replaces --group): its group, then what the
+    /// line does on its own, as `GROUP[,loss=P][,burst=LEN/EVERY][,delay_us=N]
+    /// [,dead_after=PACKETS][,seed=N]`. --loss and the other faults apply before the
+    /// lines: what they drop is on no line.
+    #[arg(long, value_parser = parse_line)]
+    pub line: Vec<SimLine>,
     /// Session name, at most 10 printable ASCII characters.
     #[arg(long, default_value = "SIM0000001")]
     pub session: String,
@@ -104,6 +110,11 @@ impl MoldSimArgs {
     /// The configuration these arguments describe (checked when started).
     pub fn to_config(&self) -> Result<MoldSimConfig, SimError> {
         let mut config = MoldSimConfig::new(self.group);
+        if let Some((first, more)) = self.line.split_first() {
+            config.group = first.group;
+            config.line_faults = first.faults;
+            config.more_lines = more.to_vec();
+        }
         config.session = Session::from_ascii(self.session.as_bytes())?;
         config.count = self.count;
         config.rate = (self.rate != 0.0).then_some(self.rate);
@@ -137,6 +148,48 @@ impl MoldSimArgs {
         config.password.clone_from(&self.password);
         Ok(config)
     }
+}
+
+/// Parses `GROUP[,loss=P][,burst=LEN/EVERY][,delay_us=N][,dead_after=PACKETS][,seed=N]`.
+pub fn parse_line(text: &str) -> Result<SimLine, String> {
+    let mut parts = text.split(',');
+    let group = parts
+        .next()
+        .unwrap_or_default()
+        .parse::<SocketAddrV4>()
+        .map_err(|e| format!("{text:?}: the group: {e}"))?;
+    let mut faults = LineFaults::default();
+    for part in parts {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not key=value"))?;
+        let number = |v: &str| v.parse::<u64>().map_err(|e| format!("{key}={v:?}: {e}"));
+        match key {
+            "loss" => {
+                faults.loss = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| (0.0..=1.0).contains(p))
+                    .ok_or_else(|| format!("loss={value:?}: a probability in 0..=1"))?;
+            }
+            "burst" => {
+                let (len, every) = value
+                    .split_once('/')
+                    .ok_or_else(|| format!("burst={value:?}: LEN/EVERY"))?;
+                faults.burst_len = u32::try_from(number(len)?).map_err(|e| e.to_string())?;
+                faults.burst_every = number(every)?;
+            }
+            "delay_us" => faults.delay = Duration::from_micros(number(value)?),
+            "dead_after" => faults.dead_after = Some(number(value)?),
+            "seed" => faults.seed = number(value)?,
+            _ => {
+                return Err(format!(
+                    "{key:?}: one of loss, burst, delay_us, dead_after, seed"
+                ));
+            }
+        }
+    }
+    Ok(SimLine { group, faults })
 }
 
 /// Runs the simulator to completion: publishes every message, keeps the
@@ -208,9 +261,10 @@ pub fn summary(
     format!(
         "mold sim summary ({:.1} s, last session {session}):\n\
          \x20 sent: {} messages in {} data packets, {} datagrams ({} bytes), {} heartbeats, {} end-of-session, {} send errors, {} sessions\n\
-         \x20 injected: {} messages lost in {} packets ({} by bursts) {}\n\
+         \x20 injected: {} messages lost on every line in {} packets ({} by bursts) {}\n\
+         \x20           packets lost by each line on its own: {:?}\n\
          \x20           {} packets duplicated, {} reordered, {} restarts\n\
-         \x20 re-request: {} received, {} served ({} messages; {} capped at --max-request, {} cut to one packet or the history's end)\n\
+         \x20 re-request: {} received, {} served ({} messages, {} of them carried by a line; {} capped at --max-request, {} cut to one packet or the history's end)\n\
          \x20             {} refused: {} malformed, {} for another session, {} outside the history, {} from outside 127/8, {} answers dropped by fault, {} while down\n\
          \x20 snapshot: {} clients, {} snapshots ({} messages), {} logins rejected\n",
         elapsed.as_secs_f64(),
@@ -226,12 +280,14 @@ pub fn summary(
         injected.lost_packets,
         injected.burst_packets,
         ranges(&injected.lost),
+        injected.line_lost_packets,
         injected.duplicated.len(),
         injected.reordered.len(),
         injected.restarts.len(),
         stats.requests_received,
         stats.requests_served,
         stats.messages_resent,
+        stats.messages_resent_carried,
         stats.requests_capped,
         stats.answers_short,
         stats.requests_dropped(),

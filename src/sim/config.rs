@@ -8,7 +8,7 @@ use crate::protocol::moldudp64::{BLOCK_HEADER_LEN, HEADER_LEN, Session};
 use crate::protocol::soupbintcp::{PASSWORD_LEN, USERNAME_LEN};
 
 use super::SimError;
-use super::faults::FaultConfig;
+use super::faults::{FaultConfig, LineFaults};
 use super::net::is_allowed_destination;
 
 /// Largest UDP payload over IPv4.
@@ -29,6 +29,15 @@ pub enum Source {
     },
     /// A file in Nasdaq's sample format, repeated as often as needed.
     ItchFile(PathBuf),
+}
+
+/// A redundant line of the feed: its group and what it does on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimLine {
+    /// Multicast group (or 127.0.0.0/8 address) and port.
+    pub group: SocketAddrV4,
+    /// The line's own loss, delay, death.
+    pub faults: LineFaults,
 }
 
 /// The configuration of a simulator run; [`MoldSimConfig::new`] gives the
@@ -55,8 +64,13 @@ pub struct MoldSimConfig {
     pub start_delay: Duration,
     /// Where messages come from.
     pub source: Source,
-    /// Faults to inject.
+    /// Faults to inject at the source: what they drop is on no line.
     pub faults: FaultConfig,
+    /// What the first line (on `group`) does on its own.
+    pub line_faults: LineFaults,
+    /// Redundant lines beyond the first, each on its own group with faults of its own:
+    /// every datagram is published on every line.
+    pub more_lines: Vec<SimLine>,
     /// Port of the re-request server on 127.0.0.1 (0: any free port).
     pub rerequest_port: u16,
     /// Messages of the current session the re-request server keeps.
@@ -99,6 +113,8 @@ impl MoldSimConfig {
             start_delay: Duration::ZERO,
             source: Source::Synthetic { instruments: 100 },
             faults: FaultConfig::default(),
+            line_faults: LineFaults::default(),
+            more_lines: Vec::new(),
             rerequest_port: 0,
             history: 65_536,
             max_request: 1_000,
@@ -115,11 +131,30 @@ impl MoldSimConfig {
     /// Checks every setting that does not depend on the message source;
     /// `max_message_len` is the longest message the source produces.
     pub fn validate(&self, max_message_len: usize) -> Result<(), SimError> {
-        if !is_allowed_destination(*self.group.ip()) {
-            return Err(SimError::ForbiddenDestination(self.group));
+        let mut groups = vec![self.group];
+        for (i, line) in self.more_lines.iter().enumerate() {
+            if groups.contains(&line.group) {
+                return Err(SimError::config(
+                    "more_lines",
+                    format!("line {} reuses group {}", i + 1, line.group),
+                ));
+            }
+            groups.push(line.group);
         }
-        if self.group.port() == 0 {
-            return Err(SimError::config("group", "port 0 cannot be sent to"));
+        for group in &groups {
+            if !is_allowed_destination(*group.ip()) {
+                return Err(SimError::ForbiddenDestination(*group));
+            }
+            if group.port() == 0 {
+                return Err(SimError::config("group", "port 0 cannot be sent to"));
+            }
+        }
+        let faults =
+            std::iter::once(&self.line_faults).chain(self.more_lines.iter().map(|l| &l.faults));
+        for f in faults {
+            if !(0.0..=1.0).contains(&f.loss) {
+                return Err(SimError::config("line loss", "must be in 0..=1"));
+            }
         }
         if let Some(rate) = self.rate
             && !(rate.is_finite() && rate > 0.0)

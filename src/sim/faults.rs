@@ -107,6 +107,53 @@ impl Default for FaultConfig {
     }
 }
 
+/// What one line does to the packets the publisher sends on it, on top of the feed's own
+/// [`FaultConfig`] (which every line shares: a packet it drops is on no line).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LineFaults {
+    /// Seed of the line's random decisions.
+    pub seed: u64,
+    /// Probability that the line loses a data packet.
+    pub loss: f64,
+    /// Data packets the line loses in a row by one burst (0: no bursts).
+    pub burst_len: u32,
+    /// Mean number of data packets between the starts of two bursts (0: no bursts).
+    pub burst_every: u64,
+    /// Every datagram reaches the line this much later than it was published.
+    pub delay: std::time::Duration,
+    /// The line carries nothing at all from this data packet on (0-based): a dead line.
+    pub dead_after: Option<u64>,
+}
+
+impl Default for LineFaults {
+    /// A clean line with no delay, seed 1.
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            loss: 0.0,
+            burst_len: 0,
+            burst_every: 0,
+            delay: std::time::Duration::ZERO,
+            dead_after: None,
+        }
+    }
+}
+
+impl LineFaults {
+    /// The plan of the line's loss decisions.
+    pub(crate) fn plan(&self) -> FaultPlan {
+        FaultPlan::new(FaultConfig {
+            seed: self.seed,
+            loss: self.loss,
+            burst_len: self.burst_len,
+            burst_every: self.burst_every,
+            reorder: 0.0,
+            duplicate: 0.0,
+            ..FaultConfig::default()
+        })
+    }
+}
+
 /// What happens to one data packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PacketFate {
@@ -251,6 +298,10 @@ pub struct Injected {
     pub answers_dropped: u64,
     /// Requests that arrived while the re-request server was down.
     pub requests_while_down: u64,
+    /// Per line, data packets it lost on its own (its loss, bursts, or dead), beyond
+    /// those the feed lost on every line; empty until a line loses one. A packet every
+    /// line lost is in `lost` too.
+    pub line_lost_packets: Vec<u64>,
 }
 
 impl Injected {
@@ -265,6 +316,15 @@ impl Injected {
             .iter()
             .filter(move |range| range.session == session)
             .flat_map(|range| range.first..=range.last)
+    }
+
+    /// Of the sequences `first..=last` of `session`, how many were lost on multicast.
+    pub fn lost_within(&self, session: Session, first: u64, last: u64) -> u64 {
+        self.lost
+            .iter()
+            .filter(|r| r.session == session && r.first <= last && first <= r.last)
+            .map(|r| r.last.min(last) - r.first.max(first) + 1)
+            .sum()
     }
 
     /// Whether `sequence` of `session` was lost on multicast.

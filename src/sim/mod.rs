@@ -83,8 +83,8 @@ mod stats;
 mod tests;
 
 pub use cli::{MoldSimArgs, run_cli};
-pub use config::{MoldSimConfig, Source};
-pub use faults::{FaultConfig, Injected, Restart, SeqRange, XorShift};
+pub use config::{MoldSimConfig, SimLine, Source};
+pub use faults::{FaultConfig, Injected, LineFaults, Restart, SeqRange, XorShift};
 pub use handle::MoldSim;
 pub use itch::{ItchError, ItchFile, MessageSource};
 pub use stats::SimStats;

@@ -9,6 +9,7 @@
 //! fit the maximum payload; at a low rate packets carry one message, at a
 //! high rate they fill up. Unpaced, every packet is full.
 
+use std::collections::VecDeque;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 use std::thread;
@@ -21,7 +22,7 @@ use crate::protocol::moldudp64::{
 
 use super::SimError;
 use super::config::MoldSimConfig;
-use super::faults::{FaultPlan, PacketFate, Restart, SeqRange};
+use super::faults::{FaultPlan, LineFaults, PacketFate, Restart, SeqRange};
 use super::handle::{Shared, lock};
 use super::itch::MessageSource;
 use super::net::{is_transient, open_sender};
@@ -49,6 +50,42 @@ pub fn restart_session(base: Session, generation: u32) -> Session {
     session
 }
 
+/// Datagrams waiting out a line's delay at most; beyond that they go out at once, so
+/// the queue's memory stays bounded whatever the rate and the delay.
+const MAX_DELAYED: usize = 1 << 16;
+
+/// One line the publisher sends on.
+struct LineOut {
+    socket: UdpSocket,
+    dest: SocketAddrV4,
+    faults: LineFaults,
+    plan: FaultPlan,
+    /// Data packets offered to the line so far.
+    data_packets: u64,
+    /// Datagrams waiting out the line's delay, oldest first.
+    delayed: VecDeque<(Instant, Vec<u8>)>,
+}
+
+impl LineOut {
+    fn open(dest: SocketAddrV4, faults: LineFaults) -> Result<Self, SimError> {
+        Ok(Self {
+            socket: open_sender(dest)?,
+            dest,
+            plan: faults.plan(),
+            faults,
+            data_packets: 0,
+            delayed: VecDeque::new(),
+        })
+    }
+
+    /// Whether the line is dead by now.
+    fn dead(&self) -> bool {
+        self.faults
+            .dead_after
+            .is_some_and(|after| self.data_packets > after)
+    }
+}
+
 /// A data packet held back by the reorder fault.
 struct Held {
     bytes: Vec<u8>,
@@ -59,8 +96,7 @@ struct Held {
 
 /// The publisher thread's state.
 pub(crate) struct Publisher {
-    socket: UdpSocket,
-    dest: SocketAddrV4,
+    lines: Vec<LineOut>,
     source: MessageSource,
     shared: Arc<Shared>,
     faults: FaultPlan,
@@ -90,9 +126,12 @@ impl Publisher {
         source: MessageSource,
         shared: Arc<Shared>,
     ) -> Result<Self, SimError> {
+        let mut lines = vec![LineOut::open(config.group, config.line_faults)?];
+        for line in &config.more_lines {
+            lines.push(LineOut::open(line.group, line.faults)?);
+        }
         Ok(Self {
-            socket: open_sender(config.group)?,
-            dest: config.group,
+            lines,
             source,
             shared,
             faults: FaultPlan::new(config.faults),
@@ -129,6 +168,7 @@ impl Publisher {
             if self.shared.stopping() {
                 return Ok(());
             }
+            self.flush_delayed(Instant::now())?;
             let due = self.due(start.elapsed());
             if self.published >= due {
                 self.idle(start)?;
@@ -140,7 +180,8 @@ impl Publisher {
             self.publish_packet(due)?;
         }
         self.release_held()?;
-        self.end_session()
+        self.end_session()?;
+        self.drain_delayed()
     }
 
     /// How many messages are due `elapsed` after the start.
@@ -172,7 +213,10 @@ impl Publisher {
             .and_then(|rate| Duration::try_from_secs_f64(self.published as f64 / rate).ok())
             .and_then(|offset| start.checked_add(offset));
         let mut wake = now.checked_add(IDLE_SLICE);
-        for at in [next_due, heartbeat_at].into_iter().flatten() {
+        for at in [next_due, heartbeat_at, self.next_delayed()]
+            .into_iter()
+            .flatten()
+        {
             wake = wake.map(|w| w.min(at));
         }
         if let Some(wake) = wake {
@@ -224,7 +268,12 @@ impl Publisher {
             last: self.next_sequence.saturating_sub(1),
         };
         match self.faults.packet_fate(self.held.is_none()) {
-            PacketFate::Drop { burst } => lock(&self.shared.injected).record_loss(range, burst),
+            PacketFate::Drop { burst } => {
+                for line in &mut self.lines {
+                    line.data_packets += 1;
+                }
+                lock(&self.shared.injected).record_loss(range, burst);
+            }
             PacketFate::Hold { after } => {
                 let bytes = self.packet.get(..len).unwrap_or_default().to_vec();
                 self.held = Some(Held {
@@ -235,13 +284,12 @@ impl Publisher {
                 });
             }
             PacketFate::Duplicate => {
-                self.send_packet(len)?;
-                self.send_packet(len)?;
+                self.send_data(len, range, 2)?;
                 lock(&self.shared.injected).duplicated.push(range);
                 self.tick_held()?;
             }
             PacketFate::Send => {
-                self.send_packet(len)?;
+                self.send_data(len, range, 1)?;
                 self.tick_held()?;
             }
         }
@@ -278,7 +326,7 @@ impl Publisher {
     /// Sends the held packet now, if any.
     fn release_held(&mut self) -> Result<(), SimError> {
         if let Some(held) = self.held.take() {
-            self.send_datagram(&held.bytes)?;
+            self.send_on_lines(&held.bytes, Some(held.range), 1)?;
             if held.sent_after > 0 {
                 lock(&self.shared.injected).reordered.push(held.range);
             }
@@ -323,35 +371,149 @@ impl Publisher {
         Ok(())
     }
 
-    /// Sleeps in short slices until `until`; false when told to stop first.
-    fn nap_until(&self, until: Option<Instant>) -> bool {
+    /// Sleeps in short slices until `until`, sending delayed datagrams as they fall
+    /// due; false when told to stop first.
+    fn nap_until(&mut self, until: Option<Instant>) -> bool {
         let until = until.unwrap_or_else(Instant::now);
         loop {
             if self.shared.stopping() {
                 return false;
             }
-            let left = until.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            if self.flush_delayed(now).is_err() {
+                return false;
+            }
+            let left = until.saturating_duration_since(now);
             if left.is_zero() {
                 return true;
             }
-            thread::sleep(left.min(IDLE_SLICE));
+            let next = self
+                .next_delayed()
+                .map_or(left, |at| at.saturating_duration_since(now));
+            thread::sleep(left.min(IDLE_SLICE).min(next));
         }
     }
 
+    /// A heartbeat or end of session, on every line still alive.
     fn send_packet(&mut self, len: usize) -> Result<(), SimError> {
-        let bytes = self.packet.get(..len).unwrap_or_default();
-        self.send_datagram(bytes)?;
+        let bytes = self.packet.get(..len).unwrap_or_default().to_vec();
+        self.send_on_lines(&bytes, None, 1)?;
         self.last_send = Instant::now();
         Ok(())
     }
 
-    /// Sends one datagram, retrying briefly when the OS is short of
-    /// buffers; a datagram still refused after that is counted in
-    /// `send_errors`.
-    fn send_datagram(&self, bytes: &[u8]) -> Result<(), SimError> {
+    /// The data packet in `self.packet[..len]`, `copies` times on each line that does not
+    /// lose it.
+    fn send_data(&mut self, len: usize, range: SeqRange, copies: u32) -> Result<(), SimError> {
+        let bytes = self.packet.get(..len).unwrap_or_default().to_vec();
+        self.send_on_lines(&bytes, Some(range), copies)?;
+        self.last_send = Instant::now();
+        Ok(())
+    }
+
+    /// Sends `bytes` on every line: each decides on its own whether it loses a data
+    /// packet (`data`), and a delayed line queues it. A data packet no line carries is
+    /// recorded as lost.
+    fn send_on_lines(
+        &mut self,
+        bytes: &[u8],
+        data: Option<SeqRange>,
+        copies: u32,
+    ) -> Result<(), SimError> {
+        let now = Instant::now();
+        let mut carried = false;
+        let mut lost_on = Vec::new();
+        for i in 0..self.lines.len() {
+            let Some(line) = self.lines.get_mut(i) else {
+                continue;
+            };
+            if data.is_some() {
+                line.data_packets += 1;
+                let dropped =
+                    line.dead() || matches!(line.plan.packet_fate(false), PacketFate::Drop { .. });
+                if dropped {
+                    lost_on.push(i);
+                    continue;
+                }
+                carried = true;
+            } else if line.dead() {
+                continue;
+            }
+            for _ in 0..copies {
+                let line = self.lines.get_mut(i);
+                match line {
+                    Some(line)
+                        if !line.faults.delay.is_zero() && line.delayed.len() < MAX_DELAYED =>
+                    {
+                        let due = now.checked_add(line.faults.delay).unwrap_or(now);
+                        line.delayed.push_back((due, bytes.to_vec()));
+                    }
+                    Some(_) => self.send_datagram(i, bytes)?,
+                    None => {}
+                }
+            }
+        }
+        if !lost_on.is_empty() {
+            let mut injected = lock(&self.shared.injected);
+            if injected.line_lost_packets.len() < self.lines.len() {
+                injected.line_lost_packets.resize(self.lines.len(), 0);
+            }
+            for i in lost_on {
+                if let Some(n) = injected.line_lost_packets.get_mut(i) {
+                    *n += 1;
+                }
+            }
+            if let (Some(range), false) = (data, carried) {
+                injected.record_loss(range, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// When the next delayed datagram falls due.
+    fn next_delayed(&self) -> Option<Instant> {
+        self.lines
+            .iter()
+            .filter_map(|l| l.delayed.front().map(|(at, _)| *at))
+            .min()
+    }
+
+    /// Sends every delayed datagram due at `now`.
+    fn flush_delayed(&mut self, now: Instant) -> Result<(), SimError> {
+        for i in 0..self.lines.len() {
+            while let Some(bytes) = self.lines.get_mut(i).and_then(|line| {
+                if line.delayed.front().is_some_and(|(at, _)| *at <= now) {
+                    line.delayed.pop_front().map(|(_, bytes)| bytes)
+                } else {
+                    None
+                }
+            }) {
+                self.send_datagram(i, &bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits out every line's delay at the end of the run, so nothing queued is lost.
+    fn drain_delayed(&mut self) -> Result<(), SimError> {
+        while let Some(at) = self.next_delayed() {
+            if !self.nap_until(Some(at)) {
+                return Ok(());
+            }
+            self.flush_delayed(Instant::now())?;
+        }
+        Ok(())
+    }
+
+    /// Sends one datagram on line `line`, retrying briefly when the OS is short of
+    /// buffers; a datagram still refused after that is counted in `send_errors`.
+    fn send_datagram(&self, line: usize, bytes: &[u8]) -> Result<(), SimError> {
         let counters = &self.shared.counters;
+        let Some(out) = self.lines.get(line) else {
+            return Ok(());
+        };
         for _ in 0..SEND_ATTEMPTS {
-            match self.socket.send_to(bytes, self.dest) {
+            match out.socket.send_to(bytes, out.dest) {
                 Ok(_) => {
                     bump(&counters.packets_sent, 1);
                     bump(

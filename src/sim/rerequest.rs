@@ -306,6 +306,17 @@ impl RerequestServer {
         // full buffer, which drops the answer like a lossy network would.
         bump(&counters.requests_served, 1);
         bump(&counters.messages_resent, messages);
+        if let Ok(request) = crate::protocol::moldudp64::Request::decode(datagram)
+            && messages > 0
+        {
+            let last = request.sequence.saturating_add(messages - 1);
+            let lost =
+                lock(&self.shared.injected).lost_within(request.session, request.sequence, last);
+            bump(
+                &counters.messages_resent_carried,
+                messages.saturating_sub(lost),
+            );
+        }
         bump(&counters.requests_capped, u64::from(answer.capped));
         bump(&counters.answers_short, u64::from(answer.short));
         let answer = self.answer.get(..len).unwrap_or_default();

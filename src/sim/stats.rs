@@ -52,6 +52,9 @@ counters! {
     requests_served,
     /// Messages carried by the answers.
     messages_resent,
+    /// Of `messages_resent`, those some line had carried: a handler reading every line
+    /// had no need to ask for them.
+    messages_resent_carried,
     /// Requests dropped: not a 20-byte request, or a count of 0.
     requests_malformed,
     /// Requests dropped: not for the current session.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::protocol::moldudp64::{Packet, PacketKind};
 use clap::Parser;
 
-use super::{config, listen, messages, run_to_end};
+use super::{config, group, listen, messages, run_to_end};
 use crate::sim::faults::SeqRange;
 use crate::sim::itch::{ItchFile, MessageSource, synthetic_sequence};
 use crate::sim::{MoldSim, MoldSimArgs, Source, run_cli};
@@ -277,4 +277,65 @@ fn cli_parses_and_runs() {
     assert!(help.contains("--drop-answers") && help.contains("--itch-file"));
     let bad = Cli::try_parse_from(["sim", "--group", "10.1.2.3:5000", "--count", "1"]).unwrap();
     assert!(run_cli(bad.sim).is_err());
+}
+
+#[test]
+fn each_line_loses_on_its_own_and_what_every_line_lost_is_recorded_as_lost() {
+    let mut config = config(60);
+    config.count = 4_000;
+    config.line_faults = crate::sim::LineFaults {
+        seed: 3,
+        loss: 0.2,
+        ..crate::sim::LineFaults::default()
+    };
+    let b = group(61);
+    config.more_lines = vec![crate::sim::SimLine {
+        group: b,
+        faults: crate::sim::LineFaults {
+            seed: 5,
+            loss: 0.2,
+            delay: Duration::from_millis(3),
+            ..crate::sim::LineFaults::default()
+        },
+    }];
+    let (rx_a, rx_b) = (listen(config.group), listen(b));
+    let sim = run_to_end(config);
+    let (got_a, got_b) = (rx_a.join().unwrap(), rx_b.join().unwrap());
+    let seqs = |d: &[Vec<u8>]| -> BTreeSet<u64> { messages(d).iter().map(|m| m.1).collect() };
+    let (a, b) = (seqs(&got_a), seqs(&got_b));
+    let injected = sim.injected();
+    let stats = sim.stats();
+    sim.stop().unwrap();
+    let data_packets = |d: &[Vec<u8>]| {
+        d.iter()
+            .filter(|p| {
+                Packet::decode(p).is_ok_and(|p| matches!(p.kind(), PacketKind::Data { .. }))
+            })
+            .count() as u64
+    };
+    // Each line lost what the record says it lost on its own.
+    assert_eq!(
+        data_packets(&got_a) + injected.line_lost_packets[0],
+        stats.data_packets
+    );
+    assert_eq!(
+        data_packets(&got_b) + injected.line_lost_packets[1],
+        stats.data_packets
+    );
+    // What neither line carried is exactly what is recorded as lost.
+    let session = messages(&got_a)[0].0;
+    let neither: Vec<u64> = (1..=4_000)
+        .filter(|s| !a.contains(s) && !b.contains(s))
+        .collect();
+    assert!(
+        !neither.is_empty(),
+        "a 4 % chance per packet to be on neither"
+    );
+    assert_eq!(
+        injected.lost_sequences(session).collect::<Vec<_>>(),
+        neither
+    );
+    // Line b ends with the end of session too, once its delay has passed.
+    let last = Packet::decode(got_b.last().unwrap()).unwrap();
+    assert_eq!(last.kind(), PacketKind::EndOfSession);
 }

@@ -322,51 +322,6 @@ fn drain_mold(c: &mut Consumer, seen: &mut Seen, stream: u16) {
     {}
 }
 
-const IN_NETNS: &str = "GAPLESS_TEST_IN_NETNS";
-
-/// Runs this test again inside a user and network namespace of its own, with
-/// `/etc/resolv.conf` pointing at a name server on 127.0.0.1:53 that never answers.
-/// False if namespaces are not available here.
-fn rerun_in_netns(test: &str) -> bool {
-    let works = |cmd: &str, args: &[&str]| {
-        std::process::Command::new(cmd)
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !works("unshare", &["-rnm", "true"]) || !works("ip", &["-V"]) {
-        eprintln!("skipping: unshare -rnm or ip (iproute2) is not available");
-        return false;
-    }
-    let dir = std::env::temp_dir().join(format!("gapless-netns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let resolv = dir.join("resolv.conf");
-    std::fs::write(
-        &resolv,
-        "nameserver 127.0.0.1\noptions timeout:3 attempts:2\n",
-    )
-    .expect("resolv.conf");
-    let exe = std::env::current_exe().expect("test binary");
-    let script = format!(
-        "mount --bind '{}' /etc/resolv.conf && ip link set lo up && exec \"$0\" --exact {test} --nocapture --test-threads=1",
-        resolv.display()
-    );
-    let status = std::process::Command::new("unshare")
-        .args(["-rnm", "sh", "-c", &script])
-        .arg(exe)
-        .env(IN_NETNS, "1")
-        .status()
-        .expect("unshare");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        status.success(),
-        "the test inside the namespace failed: {status}"
-    );
-    true
-}
-
 /// Issue 13, case 3 and its done-when: Binance venues that cannot get anywhere must not
 /// stall the loop. One resolves its host names through a name server that never answers;
 /// one connects to a listener that accepts and never answers (WebSocket and REST alike);
@@ -376,9 +331,9 @@ fn rerun_in_netns(test: &str) -> bool {
 #[test]
 fn blackhole_names_and_listeners_stall_nothing() {
     const TEST: &str = "drive::live::tests::failures::blackhole_names_and_listeners_stall_nothing";
-    if std::env::var_os(IN_NETNS).is_none() {
+    if std::env::var_os(super::IN_NETNS).is_none() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        rerun_in_netns(TEST);
+        super::rerun_in_netns(TEST, true);
         return;
     }
     // The name server: takes every query, answers none.

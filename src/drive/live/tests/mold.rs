@@ -21,28 +21,32 @@ use crate::venue::{AnyVenue, ChannelSpec, FeedSpec, SnapshotSpec, UdpVenue, Wire
 
 /// One loopback scenario at a time: they share two cores, and a scenario that starves the
 /// rx loop would turn into kernel drops nobody injected.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// What the consumer saw.
 #[derive(Debug, Default)]
-struct Received {
+pub(super) struct Received {
     /// Live messages, in arrival order: (session epoch index, seq).
-    messages: Vec<(usize, u64)>,
-    states: Vec<StreamState>,
+    pub(super) messages: Vec<(usize, u64)>,
+    pub(super) states: Vec<StreamState>,
     snapshot_messages: u64,
     snapshot_ends: Vec<u64>,
     order: Vec<&'static str>,
-    overruns: u64,
-    bad_payloads: u64,
+    pub(super) overruns: u64,
+    pub(super) bad_payloads: u64,
 }
 
-struct Handler {
+pub(super) struct Handler {
     shared: RxShared,
     rx: JoinHandle<std::io::Result<crate::drive::live::RxResult>>,
-    consumer: Consumer,
+    pub(super) consumer: Consumer,
 }
 
-fn start_handler(sim: &MoldSim, group: SocketAddrV4, tweak: impl FnOnce(&mut FeedSpec)) -> Handler {
+pub(super) fn start_handler(
+    sim: &MoldSim,
+    group: SocketAddrV4,
+    tweak: impl FnOnce(&mut FeedSpec),
+) -> Handler {
     start_handler_with(sim, group, tweak, None)
 }
 
@@ -100,7 +104,7 @@ fn start_handler_with(
 }
 
 /// Reads the consumer until `done` says so or `limit` passes; checks payloads on the way.
-fn consume(
+pub(super) fn consume(
     consumer: &mut Consumer,
     limit: Duration,
     mut done: impl FnMut(&Received) -> bool,
@@ -157,16 +161,21 @@ fn consume(
     r
 }
 
-fn stop(handler: Handler) -> Vec<AnyVenue> {
+pub(super) fn stop(handler: Handler) -> Vec<AnyVenue> {
     stop_all(handler).venues
 }
 
-fn stop_all(handler: Handler) -> crate::drive::live::RxResult {
+pub(super) fn stop_all(handler: Handler) -> crate::drive::live::RxResult {
     handler.shared.stop.store(true, Ordering::Relaxed);
     handler.rx.join().expect("rx thread").expect("rx loop")
 }
 
-fn config(group: SocketAddrV4, count: u64, rate: f64, faults: FaultConfig) -> MoldSimConfig {
+pub(super) fn config(
+    group: SocketAddrV4,
+    count: u64,
+    rate: f64,
+    faults: FaultConfig,
+) -> MoldSimConfig {
     let mut c = MoldSimConfig::new(group);
     c.count = count;
     c.rate = Some(rate);
@@ -178,11 +187,11 @@ fn config(group: SocketAddrV4, count: u64, rate: f64, faults: FaultConfig) -> Mo
     c
 }
 
-fn closed(r: &Received) -> bool {
+pub(super) fn closed(r: &Received) -> bool {
     r.states.last() == Some(&StreamState::Closed)
 }
 
-fn assert_contiguous(messages: &[(usize, u64)], epoch: usize, from: u64, to: u64) {
+pub(super) fn assert_contiguous(messages: &[(usize, u64)], epoch: usize, from: u64, to: u64) {
     let seqs: Vec<u64> = messages
         .iter()
         .filter(|m| m.0 == epoch)
