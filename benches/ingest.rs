@@ -9,6 +9,10 @@
 //!    (in the other passes it drains after the clock stops).
 //! 2. Hand-off: one message event pushed into the consumer queue (encode, record framing,
 //!    overrun bookkeeping) against the same bytes pushed into the raw SPSC ring.
+//! 3. A/B lines: the same datagrams queued on two groups (line B a batch behind line A)
+//!    and ingested by one channel with both lines, against the channel on line A alone;
+//!    the difference is what line B's copies cost, set beside a bare `recvmmsg` drain of
+//!    the same copies (the target: at most that plus 10 %).
 //!
 //! `cargo bench --bench ingest`
 
@@ -34,9 +38,10 @@ use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{self, Event};
 use gapless::time::{Mono, Wall};
 use gapless::venue::udp::LineSpec;
-use gapless::venue::{ChannelSpec, FeedSpec, Received, UdpVenue, Via, Wire};
+use gapless::venue::{ChannelSpec, FeedSpec, Received, UdpVenue, Venue, Via, Wire};
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 1), 46301);
+const GROUP_B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 2), 46301);
 const DATAGRAMS: u64 = 2_000;
 const MESSAGES_PER_DATAGRAM: u64 = 40;
 /// The daemon's default consumer queue.
@@ -227,6 +232,139 @@ fn to_session(
     }
     let received = received.get(..n).unwrap_or_default();
     session.on_datagrams(Mono::from_nanos(now), 0, received, Via::Multicast, emit);
+    n as u64
+}
+
+/// Per feed datagram, median nanoseconds: one line through the session, two lines (each
+/// datagram twice) through the session, and a bare drain of the second line's copies;
+/// and the median over rounds of what the copies cost (two lines minus one, in the same
+/// round) against the bare drain of that round.
+struct AbIngest {
+    one: f64,
+    two: f64,
+    bare_b: f64,
+    copies: f64,
+    copies_over_bare: f64,
+}
+
+/// The A/B pass. See the [module documentation](self), item 3.
+fn ab_ingest() -> Option<AbIngest> {
+    let open = |group| {
+        open_multicast(&MulticastSpec {
+            group,
+            interface: Ipv4Addr::LOCALHOST,
+            source: None,
+            rcvbuf: 8 << 20,
+        })
+        .ok()
+        .map(|(s, _)| s)
+    };
+    let (a, b) = (open(GROUP)?, open(GROUP_B)?);
+    let (fd_a, fd_b) = (a.as_raw_fd(), b.as_raw_fd());
+    let sender = open_multicast_sender(Ipv4Addr::LOCALHOST, 0).ok()?;
+    let mut batch = RecvBatch::new(BATCH, 2048);
+    let one_line = FeedSpec::new(
+        Wire::MoldUdp64,
+        vec![ChannelSpec::new("bench", LineSpec::loopback(GROUP))],
+    );
+    let mut two_lines = one_line.clone();
+    two_lines.channels[0]
+        .lines
+        .push(LineSpec::loopback(GROUP_B));
+    let (producer, mut consumer) = publish::channel(QUEUE_BYTES, 1);
+    let mut fanout = Fanout::new(vec![producer]);
+    let (mut one, mut two, mut bare_b) = (Vec::new(), Vec::new(), Vec::new());
+    let mut next_seq = 1;
+    let mut arbitrated = 0;
+    for round in 0..ROUNDS {
+        let n = DATAGRAMS;
+        // Line A alone.
+        let packets = datagrams(next_seq);
+        next_seq += n * MESSAGES_PER_DATAGRAM;
+        let mut session = UdpVenue::new("bench", one_line.clone());
+        let ns = timed_drain(&sender, &packets, || {
+            to_line(&mut batch, fd_a, &mut session, 0, round, &mut fanout)
+        })?;
+        one.push(ns);
+        while consumer.pop(|_| ()).is_some() {}
+
+        // Both lines: each batch of line A, then line B's copy of it.
+        let packets = datagrams(next_seq);
+        next_seq += n * MESSAGES_PER_DATAGRAM;
+        for p in &packets {
+            sender.send_to(p, GROUP).ok()?;
+            sender.send_to(p, GROUP_B).ok()?;
+        }
+        let mut session = UdpVenue::new("bench", two_lines.clone());
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(5);
+        let (mut got_a, mut got_b) = (0, 0);
+        while (got_a < n || got_b < n) && Instant::now() < deadline {
+            got_a += to_line(&mut batch, fd_a, &mut session, 0, round, &mut fanout);
+            got_b += to_line(&mut batch, fd_b, &mut session, 1, round, &mut fanout);
+        }
+        (got_a == n && got_b == n).then_some(())?;
+        two.push(start.elapsed().as_nanos() as f64 / n as f64);
+        while consumer.pop(|_| ()).is_some() {}
+        arbitrated += session.stats(0).arbitrated;
+
+        // A bare drain of line B's copies alone.
+        for p in &packets {
+            sender.send_to(p, GROUP_B).ok()?;
+        }
+        let start = Instant::now();
+        let mut got = 0;
+        while got < n && Instant::now() < deadline + Duration::from_secs(5) {
+            let k = batch.recv(fd_b).unwrap_or(0);
+            for i in 0..k {
+                black_box(batch.payload(i));
+            }
+            got += k as u64;
+        }
+        (got == n).then_some(())?;
+        bare_b.push(start.elapsed().as_nanos() as f64 / n as f64);
+    }
+    assert_eq!(
+        arbitrated,
+        ROUNDS * DATAGRAMS * MESSAGES_PER_DATAGRAM,
+        "every copy on line B was arbitrated away"
+    );
+    for times in [&mut one, &mut two, &mut bare_b] {
+        times.drain(..3);
+    }
+    let copies: Vec<f64> = two.iter().zip(&one).map(|(t, o)| t - o).collect();
+    let over: Vec<f64> = copies.iter().zip(&bare_b).map(|(c, b)| c / b).collect();
+    Some(AbIngest {
+        one: median(one),
+        two: median(two),
+        bare_b: median(bare_b),
+        copies: median(copies),
+        copies_over_bare: median(over),
+    })
+}
+
+/// Receives one batch on `fd` and hands it to line `line` of the session; returns how many
+/// datagrams came.
+fn to_line(
+    batch: &mut RecvBatch,
+    fd: std::os::fd::RawFd,
+    session: &mut UdpVenue,
+    line: usize,
+    now: u64,
+    emit: &mut impl gapless::venue::Emit,
+) -> u64 {
+    let n = batch.recv(fd).unwrap_or(0);
+    let mut received = [Received::default(); BATCH];
+    for (i, slot) in received.iter_mut().enumerate().take(n) {
+        *slot = Received {
+            bytes: batch.payload(i),
+            recv: Wall::from_nanos(1),
+        };
+    }
+    let received = received.get(..n).unwrap_or_default();
+    if let Some(endpoint) = session.endpoint_of_line(0, line) {
+        session.handle_datagrams(Mono::from_nanos(now), endpoint, received, emit);
+    }
     n as u64
 }
 
@@ -499,6 +637,25 @@ fn main() {
             );
         }
         None => println!("| ingest | skipped: loopback multicast unavailable | | |"),
+    }
+    match ab_ingest() {
+        Some(AbIngest {
+            one,
+            two,
+            bare_b,
+            copies,
+            copies_over_bare,
+        }) => {
+            println!(
+                "| ingest, per feed datagram, lines A and B (each datagram twice) vs line A alone | {two:.0} | {one:.0} | {:.2}x |",
+                one / two
+            );
+            println!(
+                "| line B's copies, per datagram (two lines minus one, per round) vs a bare recvmmsg of them; their cost is {copies_over_bare:.2}x of it (target: at most 1.10x) | {copies:.0} | {bare_b:.0} | {:.2}x |",
+                1.0 / copies_over_bare
+            );
+        }
+        None => println!("| A/B ingest | skipped: loopback multicast unavailable | | |"),
     }
     let ((ours, raw), (ours_run, raw_run)) = handoff();
     println!(

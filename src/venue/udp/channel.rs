@@ -181,6 +181,41 @@ impl Channel {
         self.handle(core, spec, a, decoded, emit);
     }
 
+    /// A copy on a redundant line of a data datagram another line brought whole: counted
+    /// (received, arbitrated) and dropped from its header alone, its blocks unread.
+    /// False, changing nothing, for anything else.
+    #[inline]
+    pub(super) fn copy_held(
+        &mut self,
+        core: &mut Core,
+        spec: &FeedSpec,
+        now: Mono,
+        line: usize,
+        bytes: &[u8],
+    ) -> bool {
+        let Some((session, seq, count)) = wire::peek_data(spec.wire, bytes) else {
+            return false;
+        };
+        let epoch = self.epochs.epoch;
+        if self.epochs.session != Some(session)
+            || self.published == StreamState::Closed
+            || self.epochs.counting()
+            || !core.detector.holds(self.stream, epoch, seq, count)
+        {
+            return false;
+        }
+        self.stats.packets += 1;
+        self.stats.bytes += bytes.len() as u64;
+        self.stats.messages += count;
+        self.epochs.seen_current = true;
+        self.lines
+            .received(line, bytes.len(), now, self.index, &mut core.notices);
+        self.lines
+            .carried(line, epoch, seq, seq.saturating_add(count));
+        self.lines.lost_race(line, seq, count, now);
+        true
+    }
+
     /// Handles a datagram already counted as received: the session's own, or one held
     /// while its session was being confirmed.
     pub(super) fn handle(

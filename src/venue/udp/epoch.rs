@@ -82,6 +82,12 @@ pub(super) struct Epochs {
 }
 
 impl Epochs {
+    /// Whether another session is being counted (a datagram of the current one then
+    /// matters: it ends the count).
+    pub(super) fn counting(&self) -> bool {
+        self.candidate.counting().is_some()
+    }
+
     /// A channel's sessions, expecting `session` first (any when `None`).
     pub(super) fn new(session: Option<SessionKey>, confirm: u32, max_datagram: usize) -> Self {
         Self {

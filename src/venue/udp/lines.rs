@@ -33,6 +33,8 @@ pub(super) struct Lines {
     track: Vec<Track>,
     /// `(first sequence, arrival)` of recent winning datagrams, by sequence.
     first_seen: Box<[(u64, Mono)]>,
+    /// A datagram has arrived on some line.
+    started: bool,
 }
 
 impl Lines {
@@ -44,6 +46,7 @@ impl Lines {
             stats: vec![LineStats::default(); count],
             track: vec![Track::default(); count],
             first_seen: vec![(u64::MAX, Mono::ZERO); remembered].into_boxed_slice(),
+            started: false,
         }
     }
 
@@ -73,8 +76,9 @@ impl Lines {
         stream: usize,
         notices: &mut Notices,
     ) {
-        if self.track.iter().all(|t| t.last_at.is_none()) {
+        if !self.started {
             // The channel's first datagram: the other lines are timed from here.
+            self.started = true;
             for t in &mut self.track {
                 t.last_at = Some(now);
             }
@@ -158,7 +162,7 @@ impl Lines {
         stream: usize,
         notices: &mut Notices,
     ) -> Option<Mono> {
-        if !self.redundant() || self.track.iter().all(|t| t.last_at.is_none()) {
+        if !self.redundant() || !self.started {
             return None;
         }
         let quiet = |t: &Track| t.last_at.is_none_or(|at| now.nanos_since(at) > silence);

@@ -324,6 +324,23 @@ impl Venue for UdpVenue {
             return;
         };
         let (core, spec) = (&mut self.core, &self.spec);
+        if via == Via::Multicast && c.lines.redundant() {
+            // A copy another line brought first is dropped from its header; the rest go
+            // in one at a time.
+            for d in datagrams {
+                if !c.copy_held(core, spec, now, line, d.bytes) {
+                    let a = Arrival {
+                        now,
+                        bytes: d.bytes,
+                        recv: d.recv,
+                        via,
+                        line,
+                    };
+                    c.on_decoded(core, spec, a, wire::decode(spec.wire, d.bytes), emit);
+                }
+            }
+            return;
+        }
         fn arrival<'a>(now: Mono, via: Via, line: usize, d: &Received<'a>) -> Arrival<'a> {
             Arrival {
                 now,

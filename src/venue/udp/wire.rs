@@ -170,6 +170,40 @@ fn from_iex(p: iex_tp::Packet<'_>) -> Datagram<'_> {
     }
 }
 
+/// The session, first sequence and message count of a data datagram with messages, read
+/// from its header alone (its blocks unchecked); `None` for any other datagram or a
+/// header too short. For deciding that a copy can be thrown away unread.
+#[inline]
+pub(crate) fn peek_data(wire: Wire, b: &[u8]) -> Option<(SessionKey, u64, u64)> {
+    let array = |from: usize| -> Option<[u8; 8]> { b.get(from..from + 8)?.try_into().ok() };
+    let pair = |from: usize| -> Option<[u8; 2]> { b.get(from..from + 2)?.try_into().ok() };
+    match wire {
+        Wire::MoldUdp64 => {
+            let session: [u8; 10] = b.get(..10)?.try_into().ok()?;
+            let seq = u64::from_be_bytes(array(10)?);
+            let count = u16::from_be_bytes(pair(18)?);
+            (count != 0 && count != u16::MAX).then_some((
+                SessionKey(session),
+                seq,
+                u64::from(count),
+            ))
+        }
+        Wire::IexTp => {
+            if *b.first()? != iex_tp::VERSION {
+                return None;
+            }
+            let id: [u8; 4] = b.get(8..12)?.try_into().ok()?;
+            let count = u16::from_le_bytes(pair(14)?);
+            let seq = u64::from_le_bytes(array(24)?);
+            (count != 0).then_some((
+                SessionKey::iex(u32::from_le_bytes(id)),
+                seq,
+                u64::from(count),
+            ))
+        }
+    }
+}
+
 /// Offset of `part` inside `whole`, when `part` is a sub-slice of it.
 pub(crate) fn offset_in(whole: &[u8], part: &[u8]) -> Option<usize> {
     let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
