@@ -41,6 +41,7 @@ fn main() {
     let options = ReplayOptions {
         wire: Some(Wire::IexTp),
         destinations: Vec::new(),
+        channels: Vec::new(),
         venue: "iex".into(),
         speed: None,
         from_start: true,

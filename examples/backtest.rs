@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = ReplayOptions {
         wire: Some(Wire::MoldUdp64),
         destinations: Vec::new(),
+        channels: Vec::new(),
         venue: "backtest".to_owned(),
         speed: None,
         from_start: true,

@@ -175,6 +175,11 @@ struct ReplayArgs {
     /// Only datagrams to this group:port (repeatable); default: every UDP datagram.
     #[arg(long = "group")]
     groups: Vec<SocketAddrV4>,
+    /// The redundant lines of one channel, as `GROUP,GROUP[,...]` (repeatable): replayed
+    /// as one stream, the first copy of each message taken. Their datagrams are selected
+    /// as with --group.
+    #[arg(long = "lines", value_parser = parse_lines)]
+    lines: Vec<LineGroup>,
     /// Write the consumer stream as JSON lines here ("-" for standard output).
     #[arg(long)]
     jsonl: Option<PathBuf>,
@@ -412,6 +417,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// The groups of `--lines`: the redundant lines of one channel.
+#[derive(Debug, Clone)]
+struct LineGroup(Vec<SocketAddrV4>);
+
+fn parse_lines(text: &str) -> Result<LineGroup, String> {
+    let groups = text
+        .split(',')
+        .map(|g| g.parse::<SocketAddrV4>().map_err(|e| format!("{g:?}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(LineGroup(groups))
+}
+
 fn run_replay(args: ReplayArgs) -> ExitCode {
     if matches!(args.protocol, Some(Protocol::Binance)) {
         return run_binance_replay(&args);
@@ -422,7 +439,13 @@ fn run_replay(args: ReplayArgs) -> ExitCode {
             Some(Protocol::IexTp) => Some(Wire::IexTp),
             Some(Protocol::Binance) | None => None,
         },
-        destinations: args.groups.clone(),
+        destinations: args
+            .groups
+            .iter()
+            .chain(args.lines.iter().flat_map(|l| &l.0))
+            .copied()
+            .collect(),
+        channels: args.lines.iter().map(|l| l.0.clone()).collect(),
         venue: args.venue.clone(),
         speed: args.speed,
         from_start: args.from_start,

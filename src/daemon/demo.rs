@@ -8,7 +8,7 @@ use super::run::{DaemonError, RunSummary};
 use super::service::{ServiceOptions, run_service};
 use crate::config::{Config, ConfigErrors, Snapshot, VenueKind};
 use crate::sim::binance::{BinanceSim, BinanceSimConfig, BookStyle, FaultConfig as BinanceFaults};
-use crate::sim::{FaultConfig, MoldSim, MoldSimConfig, SimError};
+use crate::sim::{FaultConfig, LineFaults, MoldSim, MoldSimConfig, SimError, SimLine};
 
 /// The demo configuration, built into the binary.
 pub const DEMO_TOML: &str = include_str!("../../config/demo.toml");
@@ -49,19 +49,38 @@ pub fn start_mold_simulators(
             continue;
         };
         for (i, channel) in channels.iter().enumerate() {
-            let Some(group) = channel.group().map(|g| g.addr()) else {
+            let Some((first, more)) = channel.lines.split_first() else {
                 continue;
             };
-            let mut cfg = MoldSimConfig::new(group);
+            let mut cfg = MoldSimConfig::new(first.group.addr());
+            // Each line loses 1 % and bursts on its own; the second runs 300 µs behind.
+            let line = |n: u64| LineFaults {
+                seed: 100 + 10 * i as u64 + n,
+                loss: 0.01,
+                burst_len: 20,
+                burst_every: 5_000,
+                delay: Duration::from_micros(300 * n.min(1)),
+                ..LineFaults::default()
+            };
+            cfg.line_faults = line(0);
+            cfg.more_lines = more
+                .iter()
+                .zip(1..)
+                .map(|(l, n)| SimLine {
+                    group: l.group.addr(),
+                    faults: line(n),
+                })
+                .collect();
             cfg.count = (rate * duration.as_secs_f64()) as u64;
             cfg.rate = Some(rate);
             cfg.heartbeat_interval = Some(Duration::from_millis(250));
             cfg.start_delay = Duration::from_millis(300);
+            // At the source, on every line: what no line carries is re-requested.
             cfg.faults = FaultConfig {
                 seed: 42 + i as u64,
-                loss: 0.01,
+                loss: if more.is_empty() { 0.01 } else { 0.002 },
                 burst_len: 20,
-                burst_every: 5_000,
+                burst_every: if more.is_empty() { 5_000 } else { 50_000 },
                 reorder: 0.005,
                 duplicate: 0.005,
                 ..FaultConfig::default()
@@ -137,16 +156,20 @@ pub fn run_demo(duration: Duration) -> Result<RunSummary, DemoError> {
         .venues
         .iter()
         .filter_map(|v| match &v.kind {
-            VenueKind::MoldUdp64 { channels, .. } => {
-                Some(channels.iter().filter_map(|c| c.group().map(|g| g.addr())))
-            }
+            VenueKind::MoldUdp64 { channels, .. } => Some(
+                channels
+                    .iter()
+                    .flat_map(|c| c.lines.iter().map(|l| l.group.addr())),
+            ),
             _ => None,
         })
         .flatten()
         .collect();
     eprintln!(
-        "demo: MoldUDP64 simulator on {groups:?} with 1% loss, bursts, reordering and duplicates; \
-         the handler recovers by re-request and snapshot. Ctrl-C stops early."
+        "demo: MoldUDP64 simulator on lines {groups:?}, each losing 1% with bursts on its \
+         own, and 0.2% lost on both, reordered or duplicated at the source; the handler \
+         takes the first copy of each message and recovers what both lines lost by \
+         re-request and snapshot. Ctrl-C stops early."
     );
     eprintln!(
         "demo: Binance simulator with generated books; now and then it drops an event of the \

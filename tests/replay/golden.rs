@@ -15,6 +15,7 @@ fn moldudp64_capture_with_known_loss_replays_to_its_expected_output() {
     let options = ReplayOptions {
         wire: None,
         destinations: Vec::new(),
+        channels: Vec::new(),
         venue: "sim".into(),
         speed: None,
         from_start: true,

@@ -25,6 +25,7 @@ fn options() -> ReplayOptions {
     ReplayOptions {
         wire: Some(Wire::IexTp),
         destinations: Vec::new(),
+        channels: Vec::new(),
         venue: "iex".into(),
         speed: None,
         from_start: true,

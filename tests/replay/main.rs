@@ -12,5 +12,6 @@
 mod binance;
 mod golden;
 mod iex;
+mod lines;
 mod rates;
 mod real_moldudp64;

@@ -16,6 +16,7 @@ fn options() -> ReplayOptions {
     ReplayOptions {
         wire: Some(Wire::MoldUdp64),
         destinations: Vec::new(),
+        channels: Vec::new(),
         venue: "gen".into(),
         speed: None,
         from_start: true,

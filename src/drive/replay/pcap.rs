@@ -35,6 +35,10 @@ pub struct ReplayOptions {
     pub wire: Option<Wire>,
     /// Only datagrams to these destinations (group and port); every UDP datagram when empty.
     pub destinations: Vec<SocketAddrV4>,
+    /// Destinations that are the redundant lines of one channel, replayed as one stream
+    /// with the first copy of each message taken; a destination in none of these is a
+    /// channel of its own.
+    pub channels: Vec<Vec<SocketAddrV4>>,
     /// Venue name used in the JSON lines.
     pub venue: String,
     /// `Some(x)`: pace the replay at `x` times real time. `None`: as fast as possible.
@@ -293,10 +297,31 @@ pub fn replay_reader(
         Some(wire) => wire,
         None => return Err(ReplayError::UnknownProtocol(detection)),
     };
-    let channels: Vec<ChannelSpec> = destinations
+    // The configured groups of lines first, then each other destination alone.
+    let mut grouped: Vec<Vec<SocketAddrV4>> = options
+        .channels
         .iter()
-        .map(|d| ChannelSpec::new(&d.to_string(), LineSpec::loopback(*d)))
+        .filter(|lines| !lines.is_empty())
+        .cloned()
         .collect();
+    for d in &destinations {
+        if !grouped.iter().flatten().any(|g| g == d) {
+            grouped.push(vec![*d]);
+        }
+    }
+    // A channel is named after its first line's group.
+    let name = |lines: &[SocketAddrV4]| lines.first().map_or_else(String::new, |g| g.to_string());
+    let channels: Vec<ChannelSpec> = grouped
+        .iter()
+        .filter_map(|lines| {
+            let first = *lines.first()?;
+            Some(ChannelSpec {
+                lines: lines.iter().map(|g| LineSpec::loopback(*g)).collect(),
+                ..ChannelSpec::new(&first.to_string(), LineSpec::loopback(first))
+            })
+        })
+        .collect();
+    let destinations: Vec<SocketAddrV4> = grouped.iter().flatten().copied().collect();
     let mut spec = FeedSpec::new(wire, channels);
     spec.gap_policy = GapPolicy::Skip;
     // Capture time is no reason to give a gap up: only room is (`make_room`), or the end.
@@ -315,15 +340,15 @@ pub fn replay_reader(
     let mut venues = [UdpVenue::new(&options.venue, spec)];
 
     let mut names = StreamNames::new();
-    for (i, d) in destinations.iter().enumerate() {
-        names.set(i as u16, &options.venue, &d.to_string());
+    for (i, lines) in grouped.iter().enumerate() {
+        names.set(i as u16, &options.venue, &name(lines));
     }
     let mut sink = Collector {
         formatter: JsonlFormatter::new(),
         names,
         out: jsonl,
         error: None,
-        per_stream: vec![StreamTally::default(); destinations.len()],
+        per_stream: vec![StreamTally::default(); grouped.len()],
     };
     let mut source = PcapSource {
         reader: &mut reader,
@@ -551,7 +576,12 @@ pub fn apply_replay_config(
     options.destinations = spec
         .channels
         .iter()
-        .filter_map(|c| c.lines.first().map(|l| l.group))
+        .flat_map(|c| c.lines.iter().map(|l| l.group))
+        .collect();
+    options.channels = spec
+        .channels
+        .iter()
+        .map(|c| c.lines.iter().map(|l| l.group).collect())
         .collect();
     options.from_start = match &venue.kind {
         VenueKind::MoldUdp64 { start, .. } | VenueKind::IexTp { start, .. } => {

@@ -86,6 +86,7 @@ fn recorded_capture_replays_to_what_was_received_live() {
     let options = ReplayOptions {
         wire: Some(Wire::MoldUdp64),
         destinations: vec![GROUP],
+        channels: Vec::new(),
         venue: "sim".into(),
         speed: None,
         from_start: true,
