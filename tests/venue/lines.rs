@@ -416,3 +416,36 @@ fn a_stray_datagram_on_one_line_never_retires_the_session() {
     assert_eq!(venue.stats(0).new_sessions, 0);
     assert_eq!(venue.stats(0).unconfirmed_session, 10);
 }
+
+/// After a stall longer than the window, the loop reads line A's next datagram and line
+/// B's copy of a gap in the same cycle: the gap is not asked for, since the decision waits
+/// for the timers, which run once every ready socket is read.
+#[test]
+fn a_stall_longer_than_the_window_does_not_ask_for_what_the_other_line_has_queued() {
+    let mut venue = UdpVenue::new("t", spec(2, MS));
+    let mut sink = |_: &Event<'_>| {};
+    let send = |venue: &mut UdpVenue, sink: &mut dyn FnMut(&Event<'_>), at: u64, line, p: u64| {
+        let bytes = packet(SESSION, 1 + p * PER_PACKET, PER_PACKET);
+        let endpoint = venue.endpoint_of_line(0, line).unwrap();
+        let d = [Received {
+            bytes: &bytes,
+            recv: Wall::from_nanos(at),
+        }];
+        let mut emit = |e: &Event<'_>| sink(e);
+        venue.handle_datagrams(Mono::from_nanos(at), endpoint, &d, &mut emit);
+    };
+    send(&mut venue, &mut sink, 1_000, 0, 0);
+    send(&mut venue, &mut sink, 1_100, 1, 0);
+    // Line A skips packet 1: a gap, seen at 2 µs.
+    send(&mut venue, &mut sink, 2_000, 0, 2);
+    // The loop stalls for 10 ms, then reads line A's next datagram and line B's copies.
+    let at = 10 * MS;
+    send(&mut venue, &mut sink, at, 0, 3);
+    send(&mut venue, &mut sink, at, 1, 1);
+    send(&mut venue, &mut sink, at, 1, 2);
+    send(&mut venue, &mut sink, at, 1, 3);
+    venue.handle_timeout(Mono::from_nanos(at), &mut sink);
+    assert!(venue.poll_transmit().is_none(), "nothing is asked for");
+    assert!(venue.missing(0).is_empty());
+    assert_eq!(venue.stats(0).requests, 0);
+}

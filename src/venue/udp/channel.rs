@@ -143,6 +143,10 @@ pub(super) struct Channel {
     pub(super) ripening: GapClock,
     /// Gaps up to this sequence are older than the arbitration window.
     pub(super) ripe_to: u64,
+    /// Timers are being run: the driver has read every socket that was ready, so a gap
+    /// past the arbitration window is one no line filled (a datagram handled in the same
+    /// loop cycle as its line's copy, after a stall, never decides that).
+    pub(super) timer_pass: bool,
     /// The feed's request policy, its reorder delay stretched to the arbitration window
     /// when the channel has more than one line.
     pub(super) policy: RequestPolicy,

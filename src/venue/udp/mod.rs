@@ -143,6 +143,7 @@ impl UdpVenue {
                 lines: Lines::new(c.lines.len()),
                 ripening: GapClock::default(),
                 ripe_to: 0,
+                timer_pass: false,
                 policy,
                 unicast,
                 logged: Logged::default(),
@@ -395,7 +396,9 @@ impl Venue for UdpVenue {
                 c.timers.set_or_stop(ChannelTimer::LineWatch, next);
             }
             c.snapshot_timers(core, spec, now, emit);
+            c.timer_pass = true;
             c.drive(core, spec, now, false, emit);
+            c.timer_pass = false;
             c.publish_state(core, emit);
         }
     }

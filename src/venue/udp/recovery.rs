@@ -440,7 +440,11 @@ impl Channel {
         let ripe_to = if self.lines.redundant() {
             self.ripening
                 .forget_below(core.detector.missing(self.stream).next().map(|r| r.from));
-            while let Some(to) = self.ripening.pop_due(now) {
+            // Only once every ready socket was read: another line's copy of a gap may be
+            // waiting in its socket behind the datagram being handled.
+            while self.timer_pass
+                && let Some(to) = self.ripening.pop_due(now)
+            {
                 self.ripe_to = self.ripe_to.max(to);
             }
             self.ripe_to
