@@ -96,6 +96,15 @@ pub(super) fn binance(
             .map(Duration::from_secs),
     };
     let link = link(raw, path, silence_timeout, report);
+    if let (Some(symbols), Some(link), Some(list)) = (&symbols, &link, &raw.symbols) {
+        slots(
+            symbols,
+            link.connections,
+            &list.span(),
+            &path.key("symbols"),
+            report,
+        );
+    }
 
     let ws_url = url(
         &raw.ws_url,
@@ -227,9 +236,41 @@ fn link(
     })
 }
 
-/// Streams Binance allows on one WebSocket connection; every connection of a venue carries
-/// every symbol.
-pub const MAX_STREAMS_PER_CONNECTION: usize = 1024;
+/// Streams Binance allows on one WebSocket connection: more symbols are split across
+/// connections.
+pub const MAX_STREAMS_PER_CONNECTION: usize = crate::venue::binance::MAX_STREAMS_PER_CONNECTION;
+
+/// Refuses symbols too many for the connection slots a venue has: they are split into
+/// shards of at most [`MAX_STREAMS_PER_CONNECTION`] streams (and a bounded URL), each with
+/// `connections` permanent connections and a spare slot for each.
+fn slots(
+    symbols: &[Symbol],
+    connections: u8,
+    span: &std::ops::Range<usize>,
+    path: &Path,
+    report: &mut Report<'_>,
+) {
+    let mut spec = crate::venue::binance::BinanceSpec::new(
+        crate::venue::binance::Market::Spot,
+        symbols.iter().map(|s| s.as_str().to_string()).collect(),
+    );
+    spec.connections = usize::from(connections);
+    let shards = spec.shards().len();
+    let slots = shards * spec.slots_per_shard();
+    if slots > crate::venue::binance::MAX_SLOTS {
+        let found = format!(
+            "{} symbols: {shards} connections' worth, with {connections} permanent connections each",
+            symbols.len()
+        );
+        let expected = format!(
+            "symbols and connections that need at most {} connection slots (two per \
+             permanent connection per {MAX_STREAMS_PER_CONNECTION} streams): split the \
+             symbols across venues",
+            crate::venue::binance::MAX_SLOTS
+        );
+        report.push(ErrorKind::OutOfRange, span, path, found, expected);
+    }
+}
 
 fn symbols(table: &Spanned<RawVenue>, path: &Path, report: &mut Report<'_>) -> Option<Vec<Symbol>> {
     let path = path.key("symbols");
@@ -237,14 +278,6 @@ fn symbols(table: &Spanned<RawVenue>, path: &Path, report: &mut Report<'_>) -> O
     let list = report.required(&table.get_ref().symbols, &table.span(), &path, expected)?;
     if list.get_ref().is_empty() {
         let found = "the array of symbols is empty";
-        report.push(ErrorKind::OutOfRange, &list.span(), &path, found, expected);
-        return None;
-    }
-    if list.get_ref().len() > MAX_STREAMS_PER_CONNECTION {
-        let found = format!("{} symbols", list.get_ref().len());
-        let expected = format!(
-            "at most {MAX_STREAMS_PER_CONNECTION}, the streams Binance allows on one connection: split the symbols across venues"
-        );
         report.push(ErrorKind::OutOfRange, &list.span(), &path, found, expected);
         return None;
     }

@@ -601,21 +601,23 @@ fn a_channel_without_recovery_is_a_warning() {
 }
 
 #[test]
-fn more_symbols_than_one_connection_carries() {
+fn more_symbols_than_the_venue_has_connection_slots_for() {
     let list = |n: usize| {
         let names: Vec<String> = (0..n).map(|i| format!("\"sym{i}usdt\"")).collect();
         format!("symbols = [{}]", names.join(", "))
     };
+    // More than one connection carries: split across connections.
     let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(1025))]);
+    Config::parse(&text, FILE).expect("1,025 symbols are split across connections");
+    // Beyond what 64 connection slots (two per connection) can carry.
+    let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(12_000))]);
     single(
         &text,
         ErrorKind::OutOfRange,
         "25:11",
         "venue[1].symbols",
-        "at most 1024, the streams Binance allows on one connection",
+        "at most 64 connection slots",
     );
-    let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]", &list(1024))]);
-    Config::parse(&text, FILE).expect("1,024 symbols fit one connection");
 }
 
 #[test]

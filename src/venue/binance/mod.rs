@@ -66,7 +66,10 @@ mod venue;
 pub use link::Backoff;
 pub use session::BinanceSession;
 pub use session::MAX_LINKS;
-pub use spec::{BinanceSpec, MAX_CONNECTIONS, SnapshotBackoff, SpecError};
+pub use spec::{
+    BinanceSpec, MAX_CONNECTIONS, MAX_SLOTS, MAX_STREAMS_BYTES, MAX_STREAMS_PER_CONNECTION,
+    SnapshotBackoff, SpecError,
+};
 pub use venue::{BinanceVenue, TransportStats, channel_stats, combined_url};
 
 /// Which Binance market a venue connects to.

@@ -16,8 +16,10 @@ use crate::protocol::binance::{self as scan, ScanError, Scanned};
 /// sync at once: the detector never needs to hold more than the frame that revealed it.
 const WINDOW: usize = 64;
 
-/// Connection slots a session tracks at most (two per permanent connection, for rotation).
-pub const MAX_LINKS: usize = 8;
+/// Connection slots a session tracks at most: the symbols' shards, each with two slots per
+/// permanent connection (the second for a rotation's successor). Slot `k` belongs to shard
+/// `k / slots_per_shard` and is that shard's slot `k % slots_per_shard` (below 8).
+pub const MAX_LINKS: usize = super::spec::MAX_SLOTS;
 
 /// One connection as the session sees it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,7 +42,11 @@ pub struct BinanceSession {
     books: Vec<Book>,
     seq: Sequencer,
     fetcher: Fetcher,
-    links: [Link; MAX_LINKS],
+    links: Vec<Link>,
+    /// The symbols of each shard (each carried by its own connections).
+    shards: Vec<std::ops::Range<usize>>,
+    /// Slots of each shard.
+    per_shard: usize,
     /// Live symbols whose connections were all lost must link by then, or resync.
     relink_deadline: Option<u64>,
     /// Symbols waiting to link now.
@@ -109,7 +115,9 @@ impl BinanceSession {
                 out: Vec::with_capacity(WINDOW),
             },
             fetcher,
-            links: [Link::default(); MAX_LINKS],
+            links: vec![Link::default(); spec.shards().len() * spec.slots_per_shard()],
+            shards: spec.shards(),
+            per_shard: spec.slots_per_shard(),
             relink_deadline: None,
             relinking: 0,
             now: 0,
@@ -185,15 +193,36 @@ impl BinanceSession {
         self.relinking
     }
 
+    /// The symbols of each shard, in order: shard `s` is carried by connection slots
+    /// `s * slots_per_shard ..` of [`BinanceSpec::slots_per_shard`].
+    pub fn shards(&self) -> &[std::ops::Range<usize>] {
+        &self.shards
+    }
+
+    /// The shard of connection slot `link`, and its index among the shard's slots.
+    fn slot(&self, link: usize) -> (usize, usize) {
+        let per = self.per_shard.max(1);
+        (link / per, link % per)
+    }
+
+    /// The symbols slot `link` carries.
+    fn symbols_of(&self, link: usize) -> std::ops::Range<usize> {
+        self.shards.get(self.slot(link).0).cloned().unwrap_or(0..0)
+    }
+
     /// True when every live symbol has shown on connection slot `link` that it carries
     /// the delivered chain: an older connection feeding the same symbols can go.
     pub fn all_linked(&self, link: usize) -> bool {
-        self.books.iter().all(|b| b.has_linked(link))
+        let local = self.slot(link).1;
+        let books = self.books.get(self.symbols_of(link)).unwrap_or_default();
+        books.iter().all(|b| b.has_linked(local))
     }
 
     /// Live symbols that have not shown on connection slot `link` that it carries them.
     pub fn unlinked_symbols(&self, link: usize) -> usize {
-        self.books.iter().filter(|b| !b.has_linked(link)).count()
+        let local = self.slot(link).1;
+        let books = self.books.get(self.symbols_of(link)).unwrap_or_default();
+        books.iter().filter(|b| !b.has_linked(local)).count()
     }
 
     /// The venue's own count of this IP's request weight in the current minute
@@ -264,14 +293,29 @@ impl BinanceSession {
         }
         l.connected = false;
         l.shutdown = false;
-        for book in &mut self.books {
-            book.link_down(link);
+        let (shard, local) = self.slot(link);
+        let symbols = self.symbols_of(link);
+        for book in self.books.get_mut(symbols.clone()).unwrap_or_default() {
+            book.link_down(local);
         }
-        if self.is_connected() {
+        let per = self.per_shard.max(1);
+        let shard_slots = self
+            .links
+            .get(shard * per..(shard + 1) * per)
+            .unwrap_or_default();
+        if shard_slots.iter().any(|l| l.connected) {
             return;
         }
         let hold = self.spec.relink_timeout_ns > 0;
-        for (i, book) in self.books.iter_mut().enumerate() {
+        let first = symbols.start;
+        for (i, book) in self
+            .books
+            .get_mut(symbols)
+            .unwrap_or_default()
+            .iter_mut()
+            .enumerate()
+        {
+            let i = first + i;
             let was = book.is_relinking();
             book.links_lost(&mut self.seq, hold, emit);
             if !was && book.is_relinking() {
@@ -300,7 +344,7 @@ impl BinanceSession {
         emit: &mut impl Emit,
     ) {
         self.observe(now);
-        let slot = link.min(MAX_LINKS - 1);
+        let slot = link.min(self.links.len().saturating_sub(1));
         self.stats.frames += 1;
         self.stats.bytes += frame.len() as u64;
         let event = match scan::scan(frame) {
@@ -342,6 +386,12 @@ impl BinanceSession {
             self.stats.unknown_symbol += 1;
             return;
         };
+        if !self.symbols_of(slot).contains(&symbol) {
+            // A symbol this connection was not asked for: its events come on its own.
+            self.stats.ignored += 1;
+            return;
+        }
+        let local = self.slot(slot).1;
         let Some(book) = self.books.get_mut(symbol) else {
             return;
         };
@@ -350,7 +400,7 @@ impl BinanceSession {
         }
         let was = book.is_relinking();
         match rules::ids_of(self.seq.market, &event) {
-            Some(ids) => book.on_event(&mut self.seq, slot, ids, recv_ns, event.event_bytes, emit),
+            Some(ids) => book.on_event(&mut self.seq, local, ids, recv_ns, event.event_bytes, emit),
             None => {
                 book.stats.events += 1;
                 book.stats.malformed += 1;

@@ -96,7 +96,24 @@ pub struct BinanceSpec {
     /// A connection being replaced (age, shutdown notice) is closed once every live symbol
     /// has linked on its successor, or after this long.
     pub rotate_timeout_ns: u64,
+    /// Streams one connection carries at most: symbols beyond it are split across more
+    /// connections (shards), each with its own [`BinanceSpec::connections`].
+    pub max_streams_per_connection: usize,
+    /// Bytes of the `streams=` list of one connection's URL at most (each stream counted
+    /// as its symbol and `@depth@100ms/`): beyond it the symbols are split the same way.
+    pub max_streams_bytes: usize,
 }
+
+/// Streams Binance allows on one WebSocket connection.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 1024;
+
+/// Bytes of the streams list of one connection's URL: a request line most HTTP servers
+/// take by default (8 KiB) with room for the rest of the URL and the headers' start.
+pub const MAX_STREAMS_BYTES: usize = 7_680;
+
+/// Connection slots of a venue at most: shards times two per permanent connection (one
+/// for a rotation's successor).
+pub const MAX_SLOTS: usize = 64;
 
 /// Permanent connections a venue keeps at most.
 pub const MAX_CONNECTIONS: usize = 4;
@@ -132,6 +149,8 @@ impl BinanceSpec {
             symbol_quiet_ns: 60 * SECOND_NS,
             relink_timeout_ns: 10 * SECOND_NS,
             connections: 1,
+            max_streams_per_connection: MAX_STREAMS_PER_CONNECTION,
+            max_streams_bytes: MAX_STREAMS_BYTES,
             rotate_timeout_ns: 30 * SECOND_NS,
         }
     }
@@ -198,10 +217,45 @@ impl BinanceSpec {
         if self.connections > MAX_CONNECTIONS {
             return Err(SpecError::TooManyConnections(self.connections));
         }
+        let slots = self.shards().len() * self.slots_per_shard();
+        if slots > MAX_SLOTS {
+            return Err(SpecError::TooManySlots {
+                shards: self.shards().len(),
+                connections: self.connections,
+            });
+        }
         match positive.iter().find(|(_, value)| *value == 0) {
             Some((field, _)) => Err(SpecError::Zero(field)),
             None => Ok(()),
         }
+    }
+}
+
+impl BinanceSpec {
+    /// The symbols of each connection, as ranges of symbol indices in order: as many in
+    /// each as [`BinanceSpec::max_streams_per_connection`] and
+    /// [`BinanceSpec::max_streams_bytes`] allow (at least one).
+    pub fn shards(&self) -> Vec<std::ops::Range<usize>> {
+        let mut shards = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, s) in self.symbols.iter().enumerate() {
+            let cost = s.len() + "@depth@100ms/".len();
+            let full = i - start >= self.max_streams_per_connection.max(1)
+                || (i > start && bytes + cost > self.max_streams_bytes);
+            if full {
+                shards.push(start..i);
+                (start, bytes) = (i, 0);
+            }
+            bytes += cost;
+        }
+        shards.push(start..self.symbols.len());
+        shards
+    }
+
+    /// Connection slots of each shard: two per permanent connection (the second for a
+    /// rotation's successor), at most 8.
+    pub fn slots_per_shard(&self) -> usize {
+        (2 * self.connections).clamp(1, 8)
     }
 }
 
@@ -236,6 +290,17 @@ pub enum SpecError {
     /// A size, count or duration that must be positive is 0.
     #[error("`{0}` must be greater than 0")]
     Zero(&'static str),
+    /// More connection slots than [`MAX_SLOTS`]: too many symbols for their connections.
+    #[error(
+        "{shards} connections' worth of symbols with {connections} permanent connections each \
+         need more than {MAX_SLOTS} connection slots: split the symbols across venues"
+    )]
+    TooManySlots {
+        /// Connections the symbols are split across.
+        shards: usize,
+        /// Permanent connections per shard.
+        connections: usize,
+    },
     /// More permanent connections than [`MAX_CONNECTIONS`].
     #[error("{0} connections asked for; at most {MAX_CONNECTIONS}")]
     TooManyConnections(usize),

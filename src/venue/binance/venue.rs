@@ -79,8 +79,10 @@ enum Link {
     Open,
 }
 
-/// One connection slot. Slots `0..connections` start permanent; a rotation opens the
-/// successor in a free slot, which becomes permanent in place of the one it replaces.
+/// One connection slot. Each shard of the symbols has its own slots (see
+/// [`BinanceSession::shards`]); a shard's first `connections` slots start permanent, and a
+/// rotation opens the successor in a free slot of the same shard, which becomes permanent
+/// in place of the one it replaces.
 struct Line {
     conn: ConnId,
     link: Link,
@@ -100,7 +102,10 @@ struct Line {
 pub struct BinanceVenue {
     name: String,
     session: BinanceSession,
-    url: String,
+    /// The combined-stream URL of each shard.
+    urls: Vec<String>,
+    /// Slots of each shard.
+    per_shard: usize,
     rest_base: String,
     lines: Vec<Line>,
     /// The last connection number handed out; each attempt gets the next.
@@ -132,18 +137,23 @@ impl BinanceVenue {
         rest_base: &str,
         update_ms: Option<u32>,
     ) -> Result<Self, SpecError> {
-        let url = combined_url(ws_base, &spec.symbols, update_ms);
+        let urls: Vec<String> = spec
+            .shards()
+            .into_iter()
+            .map(|r| combined_url(ws_base, spec.symbols.get(r).unwrap_or_default(), update_ms))
+            .collect();
+        let per_shard = spec.slots_per_shard();
         let seed = name.bytes().fold(0x9E37_79B9_7F4A_7C15u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)
         });
         let session = BinanceSession::new(spec)?;
         let permanent = session.spec().connections;
-        let lines = (0..(2 * permanent).min(MAX_LINKS))
+        let lines = (0..(urls.len() * per_shard).min(MAX_LINKS))
             .map(|k| Line {
                 conn: ConnId(0),
                 link: Link::Down,
-                permanent: k < permanent,
-                reconnect_at: (k < permanent).then_some(Mono::ZERO),
+                permanent: k % per_shard < permanent,
+                reconnect_at: (k % per_shard < permanent).then_some(Mono::ZERO),
                 opened_at: (Mono::ZERO, 0),
                 retiring: None,
                 backoff: Backoff::new(
@@ -157,7 +167,8 @@ impl BinanceVenue {
         Ok(Self {
             name: name.to_string(),
             session,
-            url,
+            urls,
+            per_shard,
             rest_base: rest_base.trim_end_matches('/').to_string(),
             lines,
             conn: ConnId(0),
@@ -246,9 +257,14 @@ impl BinanceVenue {
         self.lines.iter().filter(|l| l.link == Link::Open).count()
     }
 
-    /// The combined-stream URL the venue connects to.
+    /// The combined-stream URL of the first shard (every symbol's, with one shard).
     pub fn url(&self) -> &str {
-        &self.url
+        self.urls.first().map_or("", String::as_str)
+    }
+
+    /// The combined-stream URL of each shard of the symbols.
+    pub fn urls(&self) -> &[String] {
+        &self.urls
     }
 
     /// The deadlines and ping interval the driver applies to a connection.
@@ -307,9 +323,14 @@ impl BinanceVenue {
         line.conn = self.conn;
         line.link = Link::Opening;
         line.reconnect_at = None;
+        let url = self
+            .urls
+            .get(k / self.per_shard.max(1))
+            .cloned()
+            .unwrap_or_default();
         self.io.push_back(IoRequest::Open {
             conn: self.conn,
-            url: self.url.clone(),
+            url,
             limits: self.limits(),
         });
     }
@@ -383,10 +404,17 @@ impl BinanceVenue {
     /// session until every symbol has linked on it); at once on silence, since a silent
     /// connection carries nothing to overlap with.
     fn rotate(&mut self, k: usize, reason: ReconnectReason, now: Mono, emit: &mut impl Emit) {
+        // The successor carries the same symbols: a free slot of the same shard.
+        let per = self.per_shard.max(1);
+        let shard = k / per;
         let free = self
             .lines
             .iter()
-            .position(|l| l.link == Link::Down && !l.permanent);
+            .enumerate()
+            .skip(shard * per)
+            .take(per)
+            .find(|(_, l)| l.link == Link::Down && !l.permanent)
+            .map(|(j, _)| j);
         if free.is_none() && reason != ReconnectReason::Silence {
             // Every spare slot is taken by a rotation under way: this one starts once that
             // one ends (by its own deadline at the latest).

@@ -447,3 +447,118 @@ fn a_connection_running_ahead_waits_for_the_other_to_deliver_what_lies_between()
     assert_eq!(s.stats(0).applied, 5);
     check_consumer(&sink.got, false).unwrap();
 }
+
+/// Symbols beyond what one connection carries are split across connections, each with
+/// its own URL; a connection lost touches only its own symbols, and a rotation's
+/// successor carries the same symbols as the connection it replaces.
+#[test]
+fn symbols_beyond_one_connection_are_split_and_each_connection_is_its_own() {
+    let symbols = ["aaausdt", "bbbusdt", "cccusdt", "dddusdt", "eeeusdt"];
+    let mut spec = BinanceSpec::new(
+        Market::Spot,
+        symbols.iter().map(|s| s.to_string()).collect(),
+    );
+    spec.max_streams_per_connection = 2;
+    spec.relink_timeout_ns = 0;
+    spec.ws_max_age_ns = 20 * S;
+    spec.silence_timeout_ns = 100 * S;
+    let mut v = BinanceVenue::new(
+        "v",
+        spec,
+        "ws://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        Some(100),
+    )
+    .unwrap();
+    assert_eq!(v.session().shards(), [0..2, 2..4, 4..5]);
+    assert_eq!(
+        v.urls(),
+        [
+            "ws://127.0.0.1:1/stream?streams=aaausdt@depth@100ms/bbbusdt@depth@100ms",
+            "ws://127.0.0.1:1/stream?streams=cccusdt@depth@100ms/dddusdt@depth@100ms",
+            "ws://127.0.0.1:1/stream?streams=eeeusdt@depth@100ms",
+        ]
+    );
+    let mut sink = Sink::default();
+    let mut opens = Vec::new();
+    v.handle_timeout(Mono::ZERO, &mut sink);
+    while let Some(io) = v.poll_io() {
+        if let IoRequest::Open { conn, url, .. } = io {
+            opens.push((conn, url));
+        }
+    }
+    assert_eq!(opens.len(), 3, "one connection per shard: {opens:?}");
+    let conn_of = |shard: usize| opens[shard].0;
+    for (i, (conn, url)) in opens.iter().enumerate() {
+        assert_eq!(url, &v.urls()[i]);
+        v.handle_connection(Mono::ZERO, *conn, ConnEvent::Opened, &mut sink);
+    }
+    // Each symbol's events on its own shard's connection; the snapshots answered.
+    let shard_of = |k: usize| k / 2;
+    for (k, sym) in symbols.iter().enumerate() {
+        frame(
+            &mut v,
+            S,
+            conn_of(shard_of(k)),
+            &depth_frame(sym, 95, 101, None),
+            &mut sink,
+        );
+    }
+    // An event on a connection that was not asked for the symbol is not taken.
+    frame(
+        &mut v,
+        S,
+        conn_of(0),
+        &depth_frame("eeeusdt", 95, 101, None),
+        &mut sink,
+    );
+    assert_eq!(v.session().stats(4).events, 1);
+    for _ in 0..symbols.len() {
+        v.handle_timeout(Mono::from_nanos(S), &mut sink);
+        while let Some(io) = v.poll_io() {
+            if let IoRequest::Fetch { id, .. } = io {
+                let body = super::snapshot_body(100);
+                let reply = crate::venue::FetchReply::Http {
+                    status: 200,
+                    retry_after_secs: None,
+                    used_weight: None,
+                    body: &body,
+                };
+                v.handle_fetch(Mono::from_nanos(S), id, reply, &mut sink);
+            }
+        }
+    }
+    for k in 0..symbols.len() {
+        assert_eq!(v.session().published_state(k), Published::Synced, "{k}");
+    }
+    // The second shard's connection drops: its two symbols lose sync, the others do not.
+    v.handle_connection(
+        Mono::from_nanos(2 * S),
+        conn_of(1),
+        ConnEvent::Closed("reset"),
+        &mut sink,
+    );
+    let lost: Vec<bool> = (0..symbols.len())
+        .map(|k| v.session().published_state(k) != Published::Synced)
+        .collect();
+    assert_eq!(lost, [false, false, true, true, false]);
+    // Its replacement opens with the same symbols.
+    v.handle_timeout(Mono::from_nanos(3 * S), &mut sink);
+    let mut reopened = Vec::new();
+    while let Some(io) = v.poll_io() {
+        if let IoRequest::Open { url, .. } = io {
+            reopened.push(url);
+        }
+    }
+    assert_eq!(reopened, [v.urls()[1].clone()]);
+    // At its age, the first shard's connection is replaced by one for the same symbols.
+    v.handle_timeout(Mono::from_nanos(20 * S), &mut sink);
+    let mut rotated = Vec::new();
+    while let Some(io) = v.poll_io() {
+        if let IoRequest::Open { url, .. } = io {
+            rotated.push(url);
+        }
+    }
+    assert!(rotated.contains(&v.urls()[0]), "{rotated:?}");
+    assert!(rotated.iter().all(|u| v.urls().contains(u)));
+}
