@@ -703,11 +703,18 @@ pub fn udp_session(data: &[u8]) {
         Wire::IexTp
     };
     let tuning = s.u8();
+    // Flag 0x80: the channel has two redundant lines (A/B arbitration).
+    let mut lines = vec![LineSpec::loopback(
+        "239.255.0.1:1".parse().expect("an address"),
+    )];
+    if flags & 0x80 != 0 {
+        lines.push(LineSpec::loopback(
+            "239.255.0.2:1".parse().expect("an address"),
+        ));
+    }
     let channel = ChannelSpec {
         name: "fuzz".into(),
-        lines: vec![LineSpec::loopback(
-            "239.255.0.1:1".parse().expect("an address"),
-        )],
+        lines,
         session: (flags & 0x40 != 0).then(|| session_key(wire, 0)),
         rerequest: if flags & 4 != 0 {
             vec!["127.0.0.1:1".parse().expect("an address")]
@@ -744,10 +751,14 @@ pub fn udp_session(data: &[u8]) {
     spec.policy.max_request_count = 8;
     spec.snapshot_timeout_ns = 50_000_000;
     spec.snapshot_retry_ns = 10_000_000;
+    spec.arbitration_window_ns = 2_000_000;
+    spec.line_down_ns = 20_000_000;
     let mut venue = UdpVenue::new("fuzz", spec);
     let multicast = venue
         .endpoint_of(0, gapless::venue::Via::Multicast)
         .unwrap_or(EndpointId(0));
+    // Line B where there is one, else line A again.
+    let line_b = venue.endpoint_of_line(0, 1).unwrap_or(multicast);
     let unicast = venue
         .endpoint_of(0, gapless::venue::Via::Unicast)
         .unwrap_or(EndpointId(1));
@@ -781,10 +792,10 @@ pub fn udp_session(data: &[u8]) {
                 let refs: Vec<&[u8]> = msgs.iter().map(|m| &m[..]).collect();
                 let bytes = encode_datagram(wire, session, first, count, &refs);
                 cursor = first.wrapping_add(n);
-                let endpoint = if shape & 0x80 != 0 {
-                    unicast
-                } else {
-                    multicast
+                let endpoint = match (shape & 0x80 != 0, shape & 0x40 != 0) {
+                    (true, _) => unicast,
+                    (false, true) => line_b,
+                    (false, false) => multicast,
                 };
                 let d = [Received {
                     bytes: &bytes,
@@ -823,12 +834,16 @@ pub fn udp_session(data: &[u8]) {
                         recv: Wall::from_nanos(now),
                     })
                     .collect();
-                let endpoint = if shape & 0x80 != 0 {
-                    unicast
-                } else {
-                    multicast
+                let endpoint = match (shape & 0x80 != 0, shape & 0x40 != 0) {
+                    (true, _) => unicast,
+                    (false, true) => line_b,
+                    (false, false) => multicast,
                 };
                 venue.handle_datagrams(Mono::from_nanos(now), endpoint, &d, &mut emit);
+                // Line B's copy of the batch, when the channel has one.
+                if shape & 0x20 != 0 && line_b != multicast {
+                    venue.handle_datagrams(Mono::from_nanos(now), line_b, &d, &mut emit);
+                }
             }
             // A raw datagram.
             4 => {
