@@ -43,7 +43,7 @@
 //! | `market` | binance | `"spot"`, `"usdm"`, `"coinm"` | required |
 //! | `ws_url` | binance | `ws://` or `wss://` URL | the market's stream endpoint |
 //! | `rest_url` | binance | `http://` or `https://` URL | the market's REST endpoint |
-//! | `symbols` | binance | 1 to 1,024 unique `[a-z0-9_]+` (the streams one connection carries) | required |
+//! | `symbols` | binance | 1 or more unique `[a-z0-9_]+`; beyond what one connection carries (1,024 streams, or a streams list of 7,680 bytes: about 380 spot symbols) they are split across connections in order, each share with its own `connections`; at most 64 connection slots in all (two per permanent connection per share) | required |
 //! | `depth_limit` | binance | 5, 10, 20, 50, 100, 500, 1000, and 5000 on spot | 1000 |
 //! | `update_speed` | binance | `"100ms"` or `"1000ms"` on spot; `"100ms"`, `"250ms"` or `"500ms"` on futures | `"100ms"` |
 //! | `weight_budget_per_min` | binance | 1..=100000 | 1200 |
