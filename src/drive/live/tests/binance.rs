@@ -786,3 +786,30 @@ fn two_connections_ride_out_independent_drops() {
         assert_eq!((log.snapshots.len(), log.resets), (1, 0));
     }
 }
+
+#[test]
+fn symbols_split_across_connections_each_sync_on_their_own_connection() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let symbols = ["btcusdt", "ethusdt", "bnbusdt", "solusdt", "xrpusdt"];
+    let cfg = BinanceSimConfig::generated(&symbols, BookStyle::Spot, 100.0);
+    let sim = BinanceSim::start(cfg).expect("sim");
+    let (logs, result) = run(
+        &sim,
+        Market::Spot,
+        &symbols,
+        Some(100),
+        // Two streams a connection: three connections carry the five symbols.
+        |s| s.max_streams_per_connection = 2,
+        |logs, _| logs.len() == 5 && logs.values().all(|l| l.synced && l.deltas.len() >= 50),
+        Duration::from_secs(60),
+    );
+    assert_eq!(logs.len(), 5, "every symbol delivered");
+    for log in logs.values() {
+        assert!(log.synced && log.broken.is_empty(), "{:?}", log.broken);
+        assert_eq!((log.snapshots.len(), log.resets), (1, 0));
+    }
+    assert_eq!(sim.stats().connections, 3, "{:?}", sim.stats());
+    let venue = result.venues[0].binance().expect("a binance venue");
+    assert_eq!(venue.urls().len(), 3);
+    assert_eq!(venue.open_connections(), 3);
+}
