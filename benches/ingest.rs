@@ -38,7 +38,7 @@ use gapless::publish::run::{BlockLengths, MessageRun};
 use gapless::publish::{self, Event};
 use gapless::time::{Mono, Wall};
 use gapless::venue::udp::LineSpec;
-use gapless::venue::{ChannelSpec, FeedSpec, Received, UdpVenue, Venue, Via, Wire};
+use gapless::venue::{ChannelSpec, FeedSpec, Received, UdpVenue, Venue, Wire};
 
 const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 1), 46301);
 const GROUP_B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 63, 2), 46301);
@@ -222,17 +222,7 @@ fn to_session(
     now: u64,
     emit: &mut impl gapless::venue::Emit,
 ) -> u64 {
-    let n = batch.recv(fd).unwrap_or(0);
-    let mut received = [Received::default(); BATCH];
-    for (i, slot) in received.iter_mut().enumerate().take(n) {
-        *slot = Received {
-            bytes: batch.payload(i),
-            recv: Wall::from_nanos(1),
-        };
-    }
-    let received = received.get(..n).unwrap_or_default();
-    session.on_datagrams(Mono::from_nanos(now), 0, received, Via::Multicast, emit);
-    n as u64
+    to_line(batch, fd, session, 0, now, emit)
 }
 
 /// Per feed datagram, median nanoseconds: one line through the session, two lines (each

@@ -302,6 +302,10 @@ pub struct Injected {
     /// those the feed lost on every line; empty until a line loses one. A packet every
     /// line lost is in `lost` too.
     pub line_lost_packets: Vec<u64>,
+    /// How much later than its line's delay a delayed datagram went out at most (the
+    /// publisher thread was not scheduled in time): the lag a handler saw is the delay
+    /// plus up to this.
+    pub line_delay_overrun: std::time::Duration,
 }
 
 impl Injected {

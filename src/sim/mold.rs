@@ -97,6 +97,8 @@ struct Held {
 /// The publisher thread's state.
 pub(crate) struct Publisher {
     lines: Vec<LineOut>,
+    /// The most a delayed datagram went out after it was due.
+    delay_overrun: std::time::Duration,
     source: MessageSource,
     shared: Arc<Shared>,
     faults: FaultPlan,
@@ -132,6 +134,7 @@ impl Publisher {
         }
         Ok(Self {
             lines,
+            delay_overrun: std::time::Duration::ZERO,
             source,
             shared,
             faults: FaultPlan::new(config.faults),
@@ -480,16 +483,22 @@ impl Publisher {
 
     /// Sends every delayed datagram due at `now`.
     fn flush_delayed(&mut self, now: Instant) -> Result<(), SimError> {
+        let mut late = std::time::Duration::ZERO;
         for i in 0..self.lines.len() {
-            while let Some(bytes) = self.lines.get_mut(i).and_then(|line| {
+            while let Some((due, bytes)) = self.lines.get_mut(i).and_then(|line| {
                 if line.delayed.front().is_some_and(|(at, _)| *at <= now) {
-                    line.delayed.pop_front().map(|(_, bytes)| bytes)
+                    line.delayed.pop_front()
                 } else {
                     None
                 }
             }) {
+                late = late.max(Instant::now().saturating_duration_since(due));
                 self.send_datagram(i, &bytes)?;
             }
+        }
+        if late > self.delay_overrun {
+            self.delay_overrun = late;
+            lock(&self.shared.injected).line_delay_overrun = late;
         }
         Ok(())
     }

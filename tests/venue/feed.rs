@@ -53,7 +53,7 @@ fn record(events: &mut Vec<Seen>) -> impl FnMut(&Event<'_>) + '_ {
     }
 }
 
-fn message(seq: u64) -> Vec<u8> {
+pub(crate) fn message(seq: u64) -> Vec<u8> {
     let mut m = vec![b'A'];
     m.extend_from_slice(&seq.to_be_bytes());
     m.extend(std::iter::repeat_n((seq % 251) as u8, (seq % 23) as usize));
@@ -65,7 +65,7 @@ fn session(name: &str) -> Session {
 }
 
 /// Packs messages `first..first+count` of `session` into one datagram.
-fn packet(s: Session, first: u64, count: u64) -> Vec<u8> {
+pub(crate) fn packet(s: Session, first: u64, count: u64) -> Vec<u8> {
     let mut buf = vec![0u8; 1400];
     let mut w = PacketWriter::new(&mut buf, s, first).unwrap();
     for seq in first..first + count {

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use gapless::protocol::moldudp64::{PacketWriter, Request, Session};
+use gapless::protocol::moldudp64::{Request, Session};
+
+use super::feed::{message, packet};
 use gapless::publish::{Event, StreamState};
 use gapless::time::{Mono, Wall};
 use gapless::venue::udp::LineSpec;
@@ -20,23 +22,6 @@ const SESSION: Session = Session(*b"LINES00001");
 
 /// Messages per datagram.
 const PER_PACKET: u64 = 4;
-
-fn message(seq: u64) -> Vec<u8> {
-    let mut m = vec![b'A'];
-    m.extend_from_slice(&seq.to_be_bytes());
-    m
-}
-
-fn packet(s: Session, first: u64, count: u64) -> Vec<u8> {
-    let mut buf = vec![0u8; 1400];
-    let mut w = PacketWriter::new(&mut buf, s, first).unwrap();
-    for seq in first..first + count {
-        w.push(&message(seq)).unwrap();
-    }
-    let n = w.finish();
-    buf.truncate(n);
-    buf
-}
 
 struct XorShift(u64);
 

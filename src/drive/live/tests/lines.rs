@@ -209,8 +209,17 @@ fn a_line_two_ms_behind_fills_the_other_within_the_window() {
     );
     assert!(r.injected.line_lost_packets[0] > 100);
     assert_eq!(r.injected.lost_messages(), 0);
-    if r.kernel_drops == 0 {
+    // Line b is 2 ms behind as long as the simulator's thread runs on time; on two busy
+    // cores it may send later, and a copy more than the window behind is asked for.
+    let behind = Duration::from_millis(2) + r.injected.line_delay_overrun;
+    if r.kernel_drops == 0 && behind < Duration::from_millis(5) {
         assert_eq!(r.sim.requests_received, 0, "{:?}", r.stats);
+    } else {
+        eprintln!(
+            "line b was up to {behind:?} behind, and the kernel dropped {} datagrams: \
+             requests for it are expected ({} sent)",
+            r.kernel_drops, r.stats.requests
+        );
     }
     assert!(r.lines[0].missed > 0);
     assert!(r.lines[1].wins > 0, "line b brought what line a lost");

@@ -228,6 +228,18 @@ fn frame(v: &mut BinanceVenue, t: u64, conn: ConnId, bytes: &[u8], sink: &mut Si
     v.handle_frame(Mono::from_nanos(t), conn, bytes, Wall::from_nanos(t), sink);
 }
 
+/// Answers snapshot fetch `id` of `v` with a snapshot at update id 100.
+fn answer_snapshot(v: &mut BinanceVenue, id: crate::venue::FetchId, sink: &mut Sink) {
+    let body = super::snapshot_body(100);
+    let reply = crate::venue::FetchReply::Http {
+        status: 200,
+        retry_after_secs: None,
+        used_weight: None,
+        body: &body,
+    };
+    v.handle_fetch(Mono::from_nanos(S), id, reply, sink);
+}
+
 /// Syncs both symbols of `v` on `conn`: one event each, then their snapshots.
 fn sync(v: &mut BinanceVenue, conn: ConnId, sink: &mut Sink, asked: &mut Asked) {
     for sym in ["btcusdt", "ethusdt"] {
@@ -235,18 +247,10 @@ fn sync(v: &mut BinanceVenue, conn: ConnId, sink: &mut Sink, asked: &mut Asked) 
     }
     for _ in 0..2 {
         tick(v, S, sink, asked);
-        let Some((id, stream)) = asked.fetches.pop() else {
+        let Some((id, _)) = asked.fetches.pop() else {
             panic!("a snapshot fetch: {asked:?}");
         };
-        let body = super::snapshot_body(100);
-        let reply = crate::venue::FetchReply::Http {
-            status: 200,
-            retry_after_secs: None,
-            used_weight: None,
-            body: &body,
-        };
-        v.handle_fetch(Mono::from_nanos(S), crate::venue::FetchId(id), reply, sink);
-        let _ = stream;
+        answer_snapshot(v, crate::venue::FetchId(id), sink);
     }
     assert_eq!(v.session().published_state(0), Published::Synced);
     assert_eq!(v.session().published_state(1), Published::Synced);
@@ -517,14 +521,7 @@ fn symbols_beyond_one_connection_are_split_and_each_connection_is_its_own() {
         v.handle_timeout(Mono::from_nanos(S), &mut sink);
         while let Some(io) = v.poll_io() {
             if let IoRequest::Fetch { id, .. } = io {
-                let body = super::snapshot_body(100);
-                let reply = crate::venue::FetchReply::Http {
-                    status: 200,
-                    retry_after_secs: None,
-                    used_weight: None,
-                    body: &body,
-                };
-                v.handle_fetch(Mono::from_nanos(S), id, reply, &mut sink);
+                answer_snapshot(&mut v, id, &mut sink);
             }
         }
     }
