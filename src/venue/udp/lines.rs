@@ -107,7 +107,8 @@ impl Lines {
             return;
         };
         if t.epoch == Some(epoch) {
-            s.missed += first.saturating_sub(t.next);
+            // Sequences are the venue's: a jump near the top of the range must not wrap.
+            s.missed = s.missed.saturating_add(first.saturating_sub(t.next));
             t.next = t.next.max(end);
         } else {
             t.epoch = Some(epoch);
