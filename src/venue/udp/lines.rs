@@ -227,6 +227,17 @@ mod tests {
     }
 
     #[test]
+    fn a_jump_to_the_top_of_the_sequence_range_saturates_the_skipped_count() {
+        let mut l = Lines::new(2);
+        l.carried(0, 1, 1, 1);
+        l.carried(0, 1, u64::MAX, u64::MAX);
+        l.carried(0, 2, 4, 4);
+        l.carried(0, 2, 1 << 60, 1 << 60);
+        l.carried(0, 2, u64::MAX, u64::MAX);
+        assert_eq!(l.stats()[0].missed, u64::MAX);
+    }
+
+    #[test]
     fn a_silent_line_goes_down_only_while_another_is_live() {
         let mut notices = Notices::new(8);
         let mut l = Lines::new(2);
