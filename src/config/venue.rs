@@ -187,15 +187,30 @@ pub(super) fn millis(
     }
 }
 
+/// Microseconds, 0 to one second, or `default` for an absent key.
+fn micros(
+    field: &Option<Spanned<i64>>,
+    path: &Path,
+    default: Duration,
+    report: &mut Report<'_>,
+) -> Option<Duration> {
+    match field {
+        None => Some(default),
+        Some(f) => report
+            .int(f, path, 0..=1_000_000)
+            .map(Duration::from_micros),
+    }
+}
+
 fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<Recovery> {
     let d = Recovery::default();
     let buffering = buffering(raw, path, report);
-    let reorder_delay = match &raw.reorder_delay_us {
-        None => Some(d.reorder_delay),
-        Some(f) => report
-            .int(f, &path.key("reorder_delay_us"), 0..=1_000_000)
-            .map(Duration::from_micros),
-    };
+    let reorder_delay = micros(
+        &raw.reorder_delay_us,
+        &path.key("reorder_delay_us"),
+        d.reorder_delay,
+        report,
+    );
     let request_timeout = millis(
         &raw.request_timeout_ms,
         &path.key("request_timeout_ms"),
@@ -272,12 +287,12 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
             "gap_deadline_ms only with gap_policy = \"skip\" (hold never declares a gap lost)",
         );
     }
-    let arbitration_window = match &raw.arbitration_window_us {
-        None => Some(d.arbitration_window),
-        Some(f) => report
-            .int(f, &path.key("arbitration_window_us"), 0..=1_000_000)
-            .map(Duration::from_micros),
-    };
+    let arbitration_window = micros(
+        &raw.arbitration_window_us,
+        &path.key("arbitration_window_us"),
+        d.arbitration_window,
+        report,
+    );
     let line_down = millis(
         &raw.line_down_ms,
         &path.key("line_down_ms"),
