@@ -1107,6 +1107,13 @@ pub fn binance_session(data: &[u8]) {
     spec.pending_bytes = 2048;
     spec.silence_timeout_ns = 5_000_000_000;
     spec.snapshot_timeout_ns = 1_000_000_000;
+    // Flag 0x80: one symbol a connection (two shards); 0x40: two permanent connections.
+    if flags & 0x80 != 0 {
+        spec.max_streams_per_connection = 1;
+    }
+    if flags & 0x40 != 0 {
+        spec.connections = 2;
+    }
     let Ok(mut venue) =
         BinanceVenue::new("fuzz", spec, "ws://127.0.0.1:1", "http://127.0.0.1:1", None)
     else {
@@ -1116,6 +1123,8 @@ pub fn binance_session(data: &[u8]) {
     let mut now = 1_000u64;
     let mut cursor = [1_000u64; 2];
     let mut conn = ConnId(0);
+    // The connection opened before the latest (another shard's, or its twin).
+    let mut earlier = ConnId(0);
     let mut fetches: Vec<(FetchId, usize)> = Vec::new();
     let emitter = |consumers: &mut HashMap<u16, RangeConsumer>, e: &Event<'_>| {
         consumers.entry(e.stream()).or_default().event(market, e);
@@ -1145,7 +1154,7 @@ pub fn binance_session(data: &[u8]) {
                 }
                 venue.handle_frame(
                     Mono::from_nanos(now),
-                    conn,
+                    if op & 0x40 != 0 { earlier } else { conn },
                     frame.as_bytes(),
                     Wall::from_nanos(now),
                     &mut emit,
@@ -1182,10 +1191,10 @@ pub fn binance_session(data: &[u8]) {
                     2 => ConnEvent::Alive,
                     _ => ConnEvent::Closed("fuzz"),
                 };
-                let which = if how & 0x80 != 0 {
-                    ConnId(conn.0.wrapping_add(1))
-                } else {
-                    conn
+                let which = match (how & 0x80 != 0, how & 0x10 != 0) {
+                    (true, _) => ConnId(conn.0.wrapping_add(1)),
+                    (false, true) => earlier,
+                    (false, false) => conn,
                 };
                 venue.handle_connection(Mono::from_nanos(now), which, event, &mut emit);
             }
@@ -1245,7 +1254,10 @@ pub fn binance_session(data: &[u8]) {
         }
         while let Some(io) = venue.poll_io() {
             match io {
-                IoRequest::Open { conn: c, .. } => conn = c,
+                IoRequest::Open { conn: c, .. } => {
+                    earlier = conn;
+                    conn = c;
+                }
                 IoRequest::Fetch { id, stream, .. } => {
                     if fetches.len() < 16 {
                         fetches.push((id, stream));
