@@ -18,6 +18,7 @@ pub struct LineMetrics {
     downs: AtomicU64,
     filtered: AtomicU64,
     truncated: AtomicU64,
+    inode: AtomicU64,
     lag: [AtomicU64; LAG_BUCKETS],
     lag_sum_ns: AtomicU64,
 }
@@ -29,6 +30,9 @@ pub struct LineSocket {
     pub filtered: u64,
     /// Datagrams cut short by the receive buffer.
     pub truncated: u64,
+    /// The socket's inode, by which its kernel drop count is found in `/proc/net/udp`
+    /// (0: unknown).
+    pub inode: u64,
 }
 
 impl LineMetrics {
@@ -44,6 +48,7 @@ impl LineMetrics {
         store(&self.downs, stats.downs);
         store(&self.filtered, socket.filtered);
         store(&self.truncated, socket.truncated);
+        store(&self.inode, socket.inode);
         for (a, v) in self.lag.iter().zip(stats.lag.counts) {
             store(a, v);
         }
@@ -62,6 +67,22 @@ impl LineMetrics {
         h.sum_ns = Self::get(&self.lag_sum_ns);
         h
     }
+}
+
+/// `(inode, drops)` of every UDP socket of this network namespace, from `/proc/net/udp`
+/// (empty where it cannot be read).
+fn udp_drops_by_inode() -> Vec<(u64, u64)> {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|row| {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let inode = fields.get(9)?.parse().ok()?;
+            let drops = fields.last()?.parse().ok()?;
+            Some((inode, drops))
+        })
+        .collect()
 }
 
 /// A registered line: its labels and values.
@@ -153,6 +174,23 @@ pub(super) fn line_families(lines: &[LineEntry]) -> Vec<Family> {
             family
         })
         .collect();
+    // What the kernel dropped for each line's socket (its receive buffer full), read at
+    // scrape time from the kernel's own table: nothing on the rx thread.
+    let drops = udp_drops_by_inode();
+    let mut kernel = Family::new(
+        "gapless_line_kernel_drops_total",
+        "Datagrams the kernel dropped for the line's socket because its receive buffer was full.",
+        Kind::Counter,
+    );
+    for e in lines {
+        let inode = LineMetrics::get(&e.metrics.inode);
+        let dropped = drops
+            .iter()
+            .find(|(i, _)| *i == inode && inode != 0)
+            .map_or(0, |(_, d)| *d);
+        kernel.push(labels(e), Value::Int(dropped));
+    }
+    families.push(kernel);
     let mut lag = Family::new(
         "gapless_line_lag_seconds",
         "How far the line's copies of datagrams came behind the first copy, on another line.",

@@ -724,3 +724,50 @@ fn promtool_parses_every_dashboard_query() {
         "promtool check rules on the dashboard's queries:\n{output}\n{rules}"
     );
 }
+
+#[test]
+fn a_line_reports_what_the_kernel_dropped_for_its_socket() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // A socket with a small receive buffer, sent far more than it holds and never read.
+    let socket = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    socket
+        .bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into())
+        .expect("bind");
+    let socket: std::net::UdpSocket = socket.into();
+    let to = socket.local_addr().expect("addr");
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("sender");
+    for _ in 0..200 {
+        let _ = sender.send_to(&[0u8; 1000], to);
+    }
+    let inode = std::fs::metadata(format!("/proc/self/fd/{}", socket.as_raw_fd()))
+        .expect("fd")
+        .ino();
+    let registry = Registry::new();
+    let line = registry.add_line("nasdaq", "itch", "a");
+    line.publish(
+        &crate::venue::LineStats::default(),
+        crate::metrics::LineSocket {
+            inode,
+            ..crate::metrics::LineSocket::default()
+        },
+    );
+    let text = registry.encode(Format::Text).expect("encode");
+    let sample = text
+        .lines()
+        .find(|l| l.starts_with("gapless_line_kernel_drops_total{"))
+        .expect("the series");
+    let dropped: u64 = sample.rsplit(' ').next().unwrap().parse().unwrap();
+    if std::fs::read_to_string("/proc/net/udp").is_err() {
+        eprintln!("skipping: /proc/net/udp cannot be read here");
+        return;
+    }
+    assert!(dropped > 100, "{sample}");
+    drop(socket);
+}

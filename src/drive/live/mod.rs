@@ -598,6 +598,7 @@ impl RxLoop {
                         crate::metrics::LineSocket {
                             filtered: socket.stats.filtered,
                             truncated: socket.stats.truncated,
+                            inode: socket.inode,
                         },
                     );
                 }

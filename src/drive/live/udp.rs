@@ -50,6 +50,14 @@ impl Socket {
     }
 }
 
+/// The inode of socket `socket` (0 when it cannot be read): the key of its row in
+/// `/proc/net/udp`, where the kernel counts what it dropped for it.
+fn inode_of(socket: &UdpSocket) -> u64 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/fd/{}", socket.as_raw_fd())).map_or(0, |m| m.ino())
+}
+
 /// One open endpoint.
 pub(super) struct Socket {
     pub(super) socket: UdpSocket,
@@ -65,6 +73,8 @@ pub(super) struct Socket {
     pub(super) last_error: Option<std::io::ErrorKind>,
     /// Loss injection in front of the venue (multicast endpoints, when configured).
     pub(super) chaos: Option<Chaos>,
+    /// The socket's inode (its kernel drop count is read at scrape time by it).
+    pub(super) inode: u64,
 }
 
 /// Opens every endpoint of `venue`. Returns the sockets and a warning per multicast
@@ -109,6 +119,7 @@ pub(super) fn open(
                     Chaos::new(ChaosSpec { seed, ..c }, max_datagram)
                 });
                 Socket {
+                    inode: inode_of(&socket),
                     socket,
                     info: Some(info),
                     stream,
@@ -118,15 +129,19 @@ pub(super) fn open(
                     chaos,
                 }
             }
-            Endpoint::Unicast { interface, stream } => Socket {
-                socket: open_unicast(SocketAddrV4::new(interface, 0))?,
-                info: None,
-                stream,
-                record_as: group_of(stream),
-                stats: SocketStats::default(),
-                last_error: None,
-                chaos: None,
-            },
+            Endpoint::Unicast { interface, stream } => {
+                let socket = open_unicast(SocketAddrV4::new(interface, 0))?;
+                Socket {
+                    inode: inode_of(&socket),
+                    socket,
+                    info: None,
+                    stream,
+                    record_as: group_of(stream),
+                    stats: SocketStats::default(),
+                    last_error: None,
+                    chaos: None,
+                }
+            }
         };
         sockets.push(socket);
     }
