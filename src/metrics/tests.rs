@@ -738,7 +738,12 @@ fn a_line_reports_what_the_kernel_dropped_for_its_socket() {
     .expect("socket");
     socket.set_recv_buffer_size(4096).expect("rcvbuf");
     socket
-        .bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into())
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
         .expect("bind");
     let socket: std::net::UdpSocket = socket.into();
     let to = socket.local_addr().expect("addr");
