@@ -306,8 +306,10 @@ impl Server {
             let stream = TcpStream::from(stream);
             connections.retain(|c| !c.is_finished());
             if connections.len() >= MAX_CONNECTIONS {
-                refuse(stream);
+                // Counted before the answer goes out, so a peer that has its 503 also
+                // sees it in the counters.
                 stats.refuse(Some(peer));
+                refuse(stream);
                 continue;
             }
             let registry = Arc::clone(&self.registry);
