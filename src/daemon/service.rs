@@ -261,6 +261,7 @@ pub fn summary_text(summary: &RunSummary) -> String {
                     )
                 })
                 .collect();
+            // Writing into a String cannot fail (as above).
             let _ = writeln!(
                 out,
                 "    {}; copies discarded by arbitration {}",

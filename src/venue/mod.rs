@@ -450,6 +450,7 @@ pub trait Venue {
     /// The redundant lines of stream `index`, in configuration order (empty for a venue
     /// that has none).
     fn lines(&self, index: usize) -> &[LineStats] {
+        // A venue without redundant lines has none for any stream.
         let _ = index;
         &[]
     }
