@@ -45,6 +45,7 @@ KINDS = {
     6: ("snapshot_end", "<HQI", ("stream", "next", "len")),
     7: ("overrun", "<HQQQI", ("stream", "from", "to", "events", "len")),
     8: ("heartbeat", "<HQI", ("stream", "next", "len")),
+    9: ("epoch", "<HI", ("stream", "len")),
 }
 
 
@@ -141,6 +142,8 @@ class Client:
             event["payload"] = payload
         elif name == "state":
             event["state"] = STATES[event["state"]] if event["state"] < len(STATES) else "?"
+        elif name == "epoch":
+            event["label"] = payload.decode("utf-8", "replace")
         return event
 
     def __iter__(self):
@@ -168,7 +171,7 @@ def as_json(event):
             out["payload_hex"] = event["payload"].hex()
     else:
         out["event"] = name
-        for key in ("from", "to", "state", "next", "events"):
+        for key in ("from", "to", "state", "next", "events", "label"):
             if key in event:
                 out[key] = event[key]
     return json.dumps(out, separators=(",", ":"))

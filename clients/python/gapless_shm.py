@@ -324,6 +324,8 @@ def as_json(ev):
         for key in ("from", "to", "state", "next", "events"):
             if key in ev:
                 out[key] = ev[key]
+        if name == "epoch":
+            out["label"] = ev["payload"].decode("utf-8", "replace")
     out["epoch"] = ev["epoch"]
     return json.dumps(out, separators=(",", ":"))
 

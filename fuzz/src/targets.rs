@@ -610,6 +610,8 @@ struct PointConsumer {
     state: Option<StreamState>,
     in_snapshot: bool,
     delivered: u64,
+    /// The label of the epoch the venue announced since the last session change.
+    label: Option<Vec<u8>>,
 }
 
 impl PointConsumer {
@@ -635,6 +637,10 @@ impl PointConsumer {
                 assert!(
                     self.state != Some(StreamState::Closed),
                     "message {seq} delivered after the session closed"
+                );
+                assert!(
+                    self.label.is_some(),
+                    "message {seq} delivered before its session's epoch"
                 );
                 if let Some(last) = self.last {
                     assert!(seq > last, "message {seq} after {last}: not increasing");
@@ -674,6 +680,9 @@ impl PointConsumer {
                 if matches!(state, StreamState::Unseen | StreamState::ResetRequired) {
                     self.new_epoch();
                 }
+                if state == StreamState::Unseen {
+                    self.label = None;
+                }
                 self.state = Some(state);
             }
             Event::SnapshotBegin { .. } => {
@@ -687,6 +696,14 @@ impl PointConsumer {
                 self.last = next.checked_sub(1);
             }
             Event::Range { .. } => panic!("a range event on a point-sequenced stream"),
+            Event::Epoch { label, .. } => {
+                assert!(
+                    self.label.is_none(),
+                    "a second epoch {label:?} without a session change"
+                );
+                assert!(!label.is_empty(), "an epoch without a label");
+                self.label = Some(label.to_vec());
+            }
             Event::Overrun { .. } | Event::Heartbeat { .. } => {}
         }
     }
@@ -721,6 +738,7 @@ pub fn udp_session(data: &[u8]) {
         } else {
             vec![]
         },
+        resume: None,
         snapshot: (flags & 8 != 0).then(|| SnapshotSpec {
             addr: "127.0.0.1:2".parse().expect("an address"),
             username: "u".into(),
@@ -1061,6 +1079,7 @@ impl RangeConsumer {
                 self.last = Some(last);
             }
             Event::Gap { .. } => panic!("a gap event on a Binance stream"),
+            Event::Epoch { .. } => panic!("an epoch on a Binance stream, whose ids never restart"),
             Event::Overrun { .. } | Event::Heartbeat { .. } => {}
         }
     }

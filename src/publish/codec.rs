@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::publish::event::{Event, MAX_HEADER_LEN, StreamState};
+use crate::publish::event::{Event, MAX_EPOCH_LABEL, MAX_HEADER_LEN, StreamState};
 
 const TAG_MESSAGE: u8 = 1;
 const TAG_RANGE: u8 = 2;
@@ -13,6 +13,7 @@ const TAG_SNAPSHOT_BEGIN: u8 = 5;
 const TAG_SNAPSHOT_END: u8 = 6;
 const TAG_OVERRUN: u8 = 7;
 const TAG_HEARTBEAT: u8 = 8;
+const TAG_EPOCH: u8 = 9;
 
 /// Message flag bit: the message is part of a snapshot.
 const FLAG_SNAPSHOT: u8 = 0b1;
@@ -30,8 +31,9 @@ pub enum EncodeError {
         /// Length of the buffer.
         available: usize,
     },
-    /// The payload does not fit the u32 length field.
-    #[error("payload of {len} bytes does not fit a u32 length")]
+    /// The payload does not fit its length field (a u32; an epoch label's is
+    /// [`MAX_EPOCH_LABEL`]).
+    #[error("payload of {len} bytes is too long for its event")]
     PayloadTooLong {
         /// Length of the payload.
         len: usize,
@@ -66,6 +68,9 @@ pub enum DecodeError {
         /// The declared payload length.
         len: u32,
     },
+    /// An epoch's label is longer than [`MAX_EPOCH_LABEL`] bytes.
+    #[error("epoch label of {0} bytes is longer than {MAX_EPOCH_LABEL}")]
+    LabelTooLong(u32),
 }
 
 impl<'a> Event<'a> {
@@ -75,8 +80,14 @@ impl<'a> Event<'a> {
     ///
     /// [`EncodeError::BufferTooSmall`] when `out` is shorter than
     /// [`Event::encoded_len`], [`EncodeError::PayloadTooLong`] when the
-    /// payload exceeds `u32::MAX` bytes. Nothing is written then.
+    /// payload exceeds `u32::MAX` bytes or an epoch's label [`MAX_EPOCH_LABEL`]. Nothing is
+    /// written then.
     pub fn encode_into(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        if let Self::Epoch { label, .. } = self
+            && label.len() > MAX_EPOCH_LABEL
+        {
+            return Err(EncodeError::PayloadTooLong { len: label.len() });
+        }
         let mut header = [0u8; MAX_HEADER_LEN];
         let header_len = self.encode_header(&mut header)?;
         let payload = self.payload();
@@ -159,7 +170,7 @@ impl<'a> Event<'a> {
                 w.u64(to);
             }
             Self::State { state, .. } => w.put(&[state as u8]),
-            Self::SnapshotBegin { .. } => {}
+            Self::SnapshotBegin { .. } | Self::Epoch { .. } => {}
             Self::SnapshotEnd { next, .. } | Self::Heartbeat { next, .. } => w.u64(next),
             Self::Overrun {
                 from, to, events, ..
@@ -200,7 +211,7 @@ impl<'a> Event<'a> {
         let payload = rest
             .get(..body)
             .ok_or(DecodeError::Truncated { needed, available })?;
-        if declared != 0 && !matches!(tag, TAG_MESSAGE | TAG_RANGE) {
+        if declared != 0 && !matches!(tag, TAG_MESSAGE | TAG_RANGE | TAG_EPOCH) {
             return Err(DecodeError::UnexpectedPayload { tag, len: declared });
         }
         let mut r = Reader {
@@ -256,6 +267,15 @@ impl<'a> Event<'a> {
                 stream,
                 next: r.u64()?,
             },
+            TAG_EPOCH => {
+                if payload.len() > MAX_EPOCH_LABEL {
+                    return Err(DecodeError::LabelTooLong(declared));
+                }
+                Self::Epoch {
+                    stream,
+                    label: payload,
+                }
+            }
             _ => return Err(DecodeError::UnknownTag(tag)),
         };
         Ok((event, needed))
@@ -272,6 +292,7 @@ impl<'a> Event<'a> {
             Self::SnapshotEnd { .. } => TAG_SNAPSHOT_END,
             Self::Overrun { .. } => TAG_OVERRUN,
             Self::Heartbeat { .. } => TAG_HEARTBEAT,
+            Self::Epoch { .. } => TAG_EPOCH,
         }
     }
 }
@@ -283,7 +304,7 @@ const fn header_len_of(tag: u8) -> Option<usize> {
         TAG_RANGE | TAG_OVERRUN => Some(31),
         TAG_GAP => Some(23),
         TAG_STATE => Some(8),
-        TAG_SNAPSHOT_BEGIN => Some(7),
+        TAG_SNAPSHOT_BEGIN | TAG_EPOCH => Some(7),
         TAG_SNAPSHOT_END | TAG_HEARTBEAT => Some(15),
         _ => None,
     }

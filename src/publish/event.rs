@@ -21,10 +21,12 @@
 //! | 6 | [`Event::SnapshotEnd`] | 1: stream u16, 3: next u64, 11: payload length u32 (0) | 15 |
 //! | 7 | [`Event::Overrun`] | 1: stream u16, 3: from u64, 11: to u64, 19: events u64, 27: payload length u32 (0) | 31 |
 //! | 8 | [`Event::Heartbeat`] | 1: stream u16, 3: next u64, 11: payload length u32 (0) | 15 |
+//! | 9 | [`Event::Epoch`] | 1: stream u16, 3: payload length u32 (the label's, at most 20) | 7 |
 //!
 //! The payload bytes follow the header. Bit 0 of the message flags is
 //! `snapshot`; the other bits must be 0. The state byte is a
-//! [`StreamState`] discriminant (0 to 5). Tag 0 and tags above 8 are
+//! [`StreamState`] discriminant (0 to 5). An epoch's payload is its label, UTF-8 text.
+//! Tag 0 and tags above 9 are
 //! invalid, so zeroed memory never decodes.
 //!
 //! [`Event::decode`] checks the tag, the flags, the state byte, that a kind
@@ -143,7 +145,21 @@ pub enum Event<'a> {
         /// Next sequence expected.
         next: u64,
     },
+    /// The feed's numbering epoch of the stream from here on, named as the venue names it
+    /// (a MoldUDP64 session, an IEX-TP session id). It follows the `unseen` state of a
+    /// session change, before the new session's first message, so `(label, seq)` names a
+    /// message the same way on every host that reads the feed. Feeds whose numbering never
+    /// restarts (Binance) send none.
+    Epoch {
+        /// Stream whose epoch this is.
+        stream: u16,
+        /// The venue's name of the epoch, UTF-8, at most [`MAX_EPOCH_LABEL`] bytes.
+        label: &'a [u8],
+    },
 }
+
+/// Longest label of an [`Event::Epoch`].
+pub const MAX_EPOCH_LABEL: usize = 20;
 
 impl<'a> Event<'a> {
     /// The stream the event is about.
@@ -156,14 +172,17 @@ impl<'a> Event<'a> {
             | Self::SnapshotBegin { stream }
             | Self::SnapshotEnd { stream, .. }
             | Self::Overrun { stream, .. }
-            | Self::Heartbeat { stream, .. } => stream,
+            | Self::Heartbeat { stream, .. }
+            | Self::Epoch { stream, .. } => stream,
         }
     }
 
-    /// The payload: the message or frame bytes, empty for other kinds.
+    /// The payload: the message or frame bytes, an epoch's label, empty for other kinds.
     pub const fn payload(&self) -> &'a [u8] {
         match *self {
-            Self::Message { payload, .. } | Self::Range { payload, .. } => payload,
+            Self::Message { payload, .. }
+            | Self::Range { payload, .. }
+            | Self::Epoch { label: payload, .. } => payload,
             _ => &[],
         }
     }
@@ -185,7 +204,7 @@ impl<'a> Event<'a> {
             Self::Range { .. } | Self::Overrun { .. } => 31,
             Self::Gap { .. } => 23,
             Self::State { .. } => 8,
-            Self::SnapshotBegin { .. } => 7,
+            Self::SnapshotBegin { .. } | Self::Epoch { .. } => 7,
             Self::SnapshotEnd { .. } | Self::Heartbeat { .. } => 15,
         }
     }

@@ -147,6 +147,10 @@ impl JsonlFormatter {
                     ",\"event\":\"overrun\",\"from\":{from},\"to\":{to},\"events\":{events}"
                 );
             }
+            Event::Epoch { label, .. } => {
+                line.push_str(",\"event\":\"epoch\",\"label\":");
+                push_json_string(line, &String::from_utf8_lossy(label));
+            }
             Event::Heartbeat { .. } => return None,
         }
         line.push_str("}\n");

@@ -41,7 +41,7 @@ pub use notice::{EpochLabel, LostReason, Notice, NoticeLevel, Notices, line_name
 pub use timer::{Timer, TimerTable};
 pub use udp::recovery::RequestPolicy;
 pub use udp::wire::{SessionKey, Wire};
-pub use udp::{ChannelSpec, FeedSpec, SnapshotSpec, UdpVenue};
+pub use udp::{ChannelSpec, FeedSpec, Resume, SnapshotSpec, UdpVenue};
 
 use crate::config::{Config, Venue as VenueConfig};
 use crate::publish::run::MessageRun;
@@ -493,6 +493,14 @@ impl AnyVenue {
         match self {
             Self::Binance(v) => Some(v),
             Self::Udp(_) => None,
+        }
+    }
+
+    /// Gives each stream the resume cursor `saved` has for its consumer stream id (streams
+    /// of venues without epochs, Binance's, resync from a snapshot and take none).
+    pub fn set_resume(&mut self, saved: &dyn Fn(u16) -> Option<Resume>) {
+        if let Self::Udp(v) = self {
+            v.set_resume(saved);
         }
     }
 

@@ -108,6 +108,21 @@ pub enum Notice {
         /// Epoch changes of the stream so far.
         changes: u64,
     },
+    /// The stream's saved resume cursor was looked at for the first session seen: it
+    /// `applied` (the stream resumes at `next`, and what the feed moved on since is
+    /// recovered as a gap), or the feed is in another session.
+    Resumed {
+        /// The venue's stream.
+        stream: usize,
+        /// The cursor's epoch.
+        saved: EpochLabel,
+        /// The feed's epoch.
+        feed: EpochLabel,
+        /// The cursor's next sequence.
+        next: u64,
+        /// Whether the stream resumed at the cursor.
+        applied: bool,
+    },
     /// A channel configured with a session adopted another one before a single datagram
     /// of the configured session was seen: the configured value is likely wrong.
     UnexpectedEpoch {
@@ -246,7 +261,7 @@ impl Notice {
             | Self::ConnectDeferred { .. }
             | Self::LineDown { .. }
             | Self::Dropped { .. } => NoticeLevel::Warn,
-            Self::LineUp { .. } => NoticeLevel::Info,
+            Self::LineUp { .. } | Self::Resumed { .. } => NoticeLevel::Info,
             Self::ConnectionHealthy { .. } => NoticeLevel::Debug,
             Self::RotationDone { linked: true, .. } => NoticeLevel::Info,
             Self::RotationDone { .. } => NoticeLevel::Warn,
@@ -259,6 +274,7 @@ impl Notice {
         match self {
             Self::EpochChanged { stream, .. }
             | Self::UnexpectedEpoch { stream, .. }
+            | Self::Resumed { stream, .. }
             | Self::StraysDropped { stream, .. }
             | Self::GapsLost { stream, .. }
             | Self::RecoveryExhausted { stream, .. }
@@ -302,6 +318,22 @@ impl fmt::Display for Notice {
             Self::EpochChanged { label, changes, .. } => write!(
                 f,
                 "session changed to {label:?} (change {changes}): the stream restarts"
+            ),
+            Self::Resumed {
+                saved,
+                feed,
+                next,
+                applied: true,
+                ..
+            } => write!(
+                f,
+                "resuming session {feed:?} at {next}, from the cursor saved before the \
+                 restart ({saved:?}); what the feed sent since is recovered as a gap"
+            ),
+            Self::Resumed { saved, feed, .. } => write!(
+                f,
+                "the saved cursor is for session {saved:?}, the feed is in {feed:?}: the \
+                 stream starts by its start rule"
             ),
             Self::UnexpectedEpoch {
                 expected, adopted, ..

@@ -246,6 +246,7 @@ fn spec(rerequest: bool, snapshot: bool) -> FeedSpec {
         lines: vec![LineSpec::loopback("239.255.0.1:1".parse().unwrap())],
         session: Some(SessionKey(*b"TEST000001")),
         rerequest: if rerequest { vec![server] } else { vec![] },
+        resume: None,
         snapshot: snapshot.then(|| SnapshotSpec {
             addr: "127.0.0.1:2".parse().unwrap(),
             username: "u".into(),

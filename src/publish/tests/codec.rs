@@ -104,7 +104,14 @@ fn decode_names_what_is_wrong() {
         })
     );
     assert_eq!(Event::decode(&[0; 40]), Err(DecodeError::UnknownTag(0)));
-    assert_eq!(Event::decode(&[9; 40]), Err(DecodeError::UnknownTag(9)));
+    assert_eq!(Event::decode(&[10; 40]), Err(DecodeError::UnknownTag(10)));
+    // An epoch label longer than MAX_EPOCH_LABEL (20 bytes).
+    let mut long_label = vec![9, 0, 0, 21, 0, 0, 0];
+    long_label.extend_from_slice(&[b'a'; 21]);
+    assert_eq!(
+        Event::decode(&long_label),
+        Err(DecodeError::LabelTooLong(21))
+    );
 
     let message = encode(&Event::Message {
         stream: 1,

@@ -79,6 +79,8 @@ pub(super) struct Epochs {
     pub(super) drain_until: Option<Mono>,
     /// A datagram of the current session has been seen on the feed.
     pub(super) seen_current: bool,
+    /// Consumers were given the current session's [`Event::Epoch`].
+    announced: bool,
 }
 
 impl Epochs {
@@ -98,6 +100,7 @@ impl Epochs {
             end_of_session: false,
             drain_until: None,
             seen_current: false,
+            announced: false,
         }
     }
 }
@@ -147,8 +150,13 @@ impl Channel {
         let current = self.epochs.session;
         if current == Some(session) {
             if a.via == Via::Multicast {
+                if !self.epochs.seen_current && self.spec.resume.is_some() {
+                    // The configured session, first seen: a cursor of it applies now.
+                    self.resume(core, spec, session);
+                }
                 self.epochs.seen_current = true;
             }
+            self.announce(spec, session, emit);
             if a.via == Via::Multicast
                 && self.epochs.candidate.counting().is_some()
                 && self.epochs.drain_until.is_none()
@@ -209,7 +217,52 @@ impl Channel {
             return None;
         }
         self.adopt(core, spec, a.now, current, session, retired, emit);
-        (self.epochs.session == Some(session)).then_some(self.epochs.epoch)
+        if self.epochs.session != Some(session) {
+            return None;
+        }
+        self.announce(spec, session, emit);
+        Some(self.epochs.epoch)
+    }
+
+    /// Gives consumers the current session's [`Event::Epoch`] once, before anything of the
+    /// session reaches them: the feed's own name of the epoch (one allocation a session,
+    /// for the printable form).
+    fn announce(&mut self, spec: &FeedSpec, session: SessionKey, emit: &mut impl Emit) {
+        if self.epochs.announced {
+            return;
+        }
+        self.epochs.announced = true;
+        let label = EpochLabel::new(&session.display(spec.wire));
+        emit.emit(&Event::Epoch {
+            stream: self.id,
+            label: label.as_str().as_bytes(),
+        });
+    }
+
+    /// Applies the channel's resume cursor, once: if it names `session`, the stream starts
+    /// at its next sequence, and whatever the feed has moved on since is a gap, recovered
+    /// like any other. True when it applied.
+    fn resume(&mut self, core: &mut Core, spec: &FeedSpec, session: SessionKey) -> bool {
+        let Some(cursor) = self.spec.resume.take() else {
+            return false;
+        };
+        let label = EpochLabel::new(&session.display(spec.wire));
+        let applied = cursor.label == label.as_str();
+        core.notices.push(Notice::Resumed {
+            stream: self.index,
+            saved: EpochLabel::new(&cursor.label),
+            feed: label,
+            next: cursor.next,
+            applied,
+        });
+        if !applied {
+            return false;
+        }
+        let mut out = std::mem::take(&mut core.out);
+        core.detector
+            .resynchronize_epoch(self.stream, self.epochs.epoch, cursor.next, &mut out);
+        core.out = out;
+        true
     }
 
     /// True while the current session's stream misses messages it can still be given.
@@ -294,11 +347,14 @@ impl Channel {
             Some(current) => self.adopt_session(core, spec, current, session, retired, emit),
         }
         let held = self.epochs.candidate.take();
+        let resumed = current.is_none() && self.resume(core, spec, session);
         // A stream that takes its first datagram as its start (a live start, not yet
         // started in this session) starts at the lowest the session sent while it was
         // being confirmed: a datagram that could not be held is then missing, not lost.
         let unstarted = current.is_none() || retired.is_some_and(|r| r.next.is_none());
-        if let (true, None, Some(lowest)) = (unstarted, spec.start_from, held.lowest()) {
+        if let (true, false, None, Some(lowest)) =
+            (unstarted, resumed, spec.start_from, held.lowest())
+        {
             core.detector
                 .heartbeat(self.stream, self.epochs.epoch, lowest);
         }
@@ -361,6 +417,7 @@ impl Channel {
         }
         self.epochs.session = Some(session);
         self.epochs.seen_current = false;
+        self.epochs.announced = false;
         self.epochs.epoch += 1;
         self.stats.new_sessions += 1;
         self.requester.clear();

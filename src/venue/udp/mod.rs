@@ -36,7 +36,7 @@ use payload::PacketArena;
 use recovery::Requester;
 use snapshot::Phase;
 
-pub use spec::{ChannelSpec, FeedSpec, LineSpec, SnapshotSpec, spec_from_config};
+pub use spec::{ChannelSpec, FeedSpec, LineSpec, Resume, SnapshotSpec, spec_from_config};
 pub use wire::{SessionKey, Wire};
 
 use crate::sequencer::{Baseline, Detector, Overflow, SeqRange, StreamConfig, StreamState};
@@ -69,6 +69,13 @@ pub struct UdpVenue {
 }
 
 impl UdpVenue {
+    /// Gives each channel the resume cursor `saved` has for its consumer stream id.
+    pub fn set_resume(&mut self, saved: &dyn Fn(u16) -> Option<Resume>) {
+        for channel in &mut self.channels {
+            channel.spec.resume = saved(channel.id);
+        }
+    }
+
     /// Builds the venue and allocates every buffer it will use.
     pub fn new(name: &str, spec: FeedSpec) -> Self {
         let mut detector = Detector::new();

@@ -58,6 +58,19 @@ pub struct ChannelSpec {
     pub rerequest: Vec<SocketAddr>,
     /// Snapshot service, if any.
     pub snapshot: Option<SnapshotSpec>,
+    /// Where an earlier run of the daemon left the channel's stream: if the first session
+    /// seen is this one, the stream resumes at its cursor (and what was missed in between
+    /// is recovered like any gap) instead of by the start rule.
+    pub resume: Option<Resume>,
+}
+
+/// A stream's resume cursor: its epoch label and the next sequence it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// The epoch label, as [`crate::publish::Event::Epoch`] gives it.
+    pub label: String,
+    /// The next sequence the stream needs.
+    pub next: u64,
 }
 
 impl ChannelSpec {
@@ -69,6 +82,7 @@ impl ChannelSpec {
             session: None,
             rerequest: Vec::new(),
             snapshot: None,
+            resume: None,
         }
     }
 }
@@ -212,6 +226,7 @@ fn channel_spec<S>(c: &Channel<S>, session: Option<SessionKey>) -> ChannelSpec {
             })
             .collect(),
         session,
+        resume: None,
         rerequest: c.rerequest.iter().map(|a| SocketAddr::V4(*a)).collect(),
         snapshot: c.snapshot.as_ref().map(|s| match s {
             Snapshot::SoupBinTcp { addr, login } => SnapshotSpec {

@@ -360,6 +360,7 @@ fn blackhole_names_and_listeners_stall_nothing() {
         lines: vec![crate::venue::udp::LineSpec::loopback(group)],
         session: None,
         rerequest: vec![std::net::SocketAddr::V4(sim.rerequest_addr())],
+        resume: None,
         snapshot: None,
     };
     let mut spec = crate::venue::FeedSpec::new(crate::venue::Wire::MoldUdp64, vec![channel]);
