@@ -37,5 +37,6 @@ pub mod internals {
     pub use crate::io::batch::{RecvBatch, enable_kernel_timestamps};
     pub use crate::io::socket::{MulticastSpec, open_multicast, open_multicast_sender};
     pub use crate::publish::fanout::Fanout;
+    pub use crate::sinks::nats as nats_sink;
     pub use crate::sinks::shm::ShmSink;
 }

@@ -45,6 +45,7 @@ const DAEMON: &[(&str, Ty)] = &[
     ("consumer_queue", Int),
     ("log_level", Str),
     ("log_format", Str),
+    ("state_directory", Str),
 ];
 
 const SNAPSHOT: &[(&str, Ty)] = &[
@@ -124,6 +125,17 @@ const SINK: &[(&str, Ty)] = &[
     ("mode", Int),
     ("group", Str),
     ("size_bytes", Int),
+    ("url", Str),
+    ("stream", Str),
+    ("subject_prefix", Str),
+    ("duplicate_window_secs", Int),
+    ("max_age_secs", Int),
+    ("max_pending", Int),
+    ("instance", Str),
+    ("creds", Str),
+    ("tls_ca", Str),
+    ("tls_cert", Str),
+    ("tls_key", Str),
 ];
 
 /// The top of the file.

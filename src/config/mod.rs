@@ -129,7 +129,7 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position, Snippet};
 pub use schema::{
     BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, Line, LogFormat, LogLevel, Market,
-    Recovery, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
+    NatsSink, Recovery, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{
     DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,

@@ -34,6 +34,7 @@ pub(super) struct RawDaemon {
     pub consumer_queue: Field<i64>,
     pub log_level: Field<String>,
     pub log_format: Field<String>,
+    pub state_directory: Field<String>,
 }
 
 /// `[[venue]]`: the keys of every venue kind together; validation sorts out which apply.
@@ -212,4 +213,16 @@ pub(super) struct RawSink {
     pub mode: Field<i64>,
     pub group: Field<String>,
     pub size_bytes: Field<i64>,
+    // nats
+    pub url: Field<String>,
+    pub stream: Field<String>,
+    pub subject_prefix: Field<String>,
+    pub duplicate_window_secs: Field<i64>,
+    pub max_age_secs: Field<i64>,
+    pub max_pending: Field<i64>,
+    pub instance: Field<String>,
+    pub creds: Field<String>,
+    pub tls_ca: Field<String>,
+    pub tls_cert: Field<String>,
+    pub tls_key: Field<String>,
 }

@@ -174,6 +174,9 @@ pub struct Daemon {
     pub log_level: LogLevel,
     /// How log lines are written.
     pub log_format: LogFormat,
+    /// Where each stream's resume cursor is kept across restarts; `None`: systemd's
+    /// `$STATE_DIRECTORY` when set, else no cursors are kept.
+    pub state_directory: Option<PathBuf>,
 }
 
 impl Default for Daemon {
@@ -186,6 +189,7 @@ impl Default for Daemon {
             consumer_queue: PowerOfTwo::pow2(16),
             log_level: LogLevel::Info,
             log_format: LogFormat::Auto,
+            state_directory: None,
         }
     }
 }
@@ -441,18 +445,46 @@ pub enum Sink {
         /// Bytes of the ring's data region, a power of two.
         size_bytes: u64,
     },
+    /// A NATS JetStream stream that every delivered message and event is published into.
+    Nats(Box<NatsSink>),
 }
 
 impl Sink {
-    /// The file or socket path of the sink.
-    pub fn path(&self) -> &std::path::Path {
+    /// The file or socket path of the sink; `None` for a sink that writes no file.
+    pub fn path(&self) -> Option<&std::path::Path> {
         match self {
             Sink::Jsonl { path, .. }
             | Sink::Unix { path, .. }
             | Sink::Pcap { path, .. }
-            | Sink::Shm { path, .. } => path,
+            | Sink::Shm { path, .. } => Some(path),
+            Sink::Nats(_) => None,
         }
     }
+}
+
+/// A `[[sink]] kind = "nats"` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsSink {
+    /// The server, `nats://host:port` (or `tls://host:port`); several, comma-separated.
+    pub url: String,
+    /// The JetStream stream's name; it is created when missing.
+    pub stream: String,
+    /// First token of every subject: `<prefix>.<venue>.<stream>`.
+    pub subject_prefix: String,
+    /// The stream's duplicate window: a second copy of a message id within it is dropped.
+    pub duplicate_window: Duration,
+    /// The stream's retention by age; `None`: kept until limits or an operator remove them.
+    pub max_age: Option<Duration>,
+    /// Publishes sent and not yet acknowledged, at most.
+    pub max_pending: u32,
+    /// This instance's name in the headers of its state events.
+    pub instance: String,
+    /// A NATS credentials file (JWT and nkey seed).
+    pub creds: Option<PathBuf>,
+    /// CA certificates (PEM) that the server's certificate must chain to; implies TLS.
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM), for servers that verify clients.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
 }
 
 /// How a Binance venue opens, watches and paces its WebSocket connection.

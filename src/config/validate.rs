@@ -15,7 +15,7 @@ use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
-use super::schema::{Daemon, Idle, LogFormat, LogLevel, Sink, Venue};
+use super::schema::{Daemon, Idle, LogFormat, LogLevel, NatsSink, Sink, Venue};
 use super::values::{PowerOfTwo, keyword_enum};
 use super::venue;
 
@@ -47,6 +47,7 @@ keyword_enum! {
         Unix = "unix",
         Pcap = "pcap",
         Shm = "shm",
+        Nats = "nats",
     }
 }
 
@@ -106,6 +107,10 @@ fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon>
             LogFormat::from_keyword,
         ),
     };
+    let state_directory = match &raw.state_directory {
+        None => Some(None),
+        Some(field) => file_path(field, &path.key("state_directory"), report).map(Some),
+    };
     Some(Daemon {
         metrics_listen: metrics_listen?,
         rx_core: rx_core?,
@@ -113,6 +118,7 @@ fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon>
         consumer_queue: consumer_queue?,
         log_level: log_level?,
         log_format: log_format?,
+        state_directory: state_directory?,
     })
 }
 
@@ -219,57 +225,59 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
                 SinkKind::from_keyword,
             )
         });
-    let file = report
-        .required(&raw.path, &header, &path.key("path"), "a file path")
-        .and_then(|f| file_path(f, &path.key("path"), report));
     let kind = kind?;
+    let file = if kind == SinkKind::Nats {
+        None
+    } else {
+        report
+            .required(&raw.path, &header, &path.key("path"), "a file path")
+            .and_then(|f| file_path(f, &path.key("path"), report))
+    };
 
     let this = format!("a {} sink", kind.keyword());
-    let allowed = match kind {
-        SinkKind::Jsonl => "kind, path, rotate_bytes, rotate_secs, keep",
-        SinkKind::Unix => "kind, path, client_queue, mode, group",
-        SinkKind::Pcap => "kind, path, rotate_bytes",
-        SinkKind::Shm => "kind, path, size_bytes",
+    let allowed: &[&str] = match kind {
+        SinkKind::Jsonl => &["kind", "path", "rotate_bytes", "rotate_secs", "keep"],
+        SinkKind::Unix => &["kind", "path", "client_queue", "mode", "group"],
+        SinkKind::Pcap => &["kind", "path", "rotate_bytes"],
+        SinkKind::Shm => &["kind", "path", "size_bytes"],
+        SinkKind::Nats => &NATS_KEYS,
     };
-    let span = |f: &Option<Spanned<i64>>, key| f.as_ref().map(|f| (key, f.span()));
-    let unix_keys = [
-        span(&raw.client_queue, "client_queue"),
-        span(&raw.mode, "mode"),
-        raw.group.as_ref().map(|f| ("group", f.span())),
+    let int = |f: &Option<Spanned<i64>>, key| f.as_ref().map(|f| (key, f.span()));
+    let text = |f: &Option<Spanned<String>>, key| f.as_ref().map(|f| (key, f.span()));
+    let present = [
+        text(&raw.path, "path"),
+        int(&raw.client_queue, "client_queue"),
+        int(&raw.mode, "mode"),
+        text(&raw.group, "group"),
+        int(&raw.rotate_bytes, "rotate_bytes"),
+        int(&raw.rotate_secs, "rotate_secs"),
+        int(&raw.keep, "keep"),
+        int(&raw.size_bytes, "size_bytes"),
+        text(&raw.url, "url"),
+        text(&raw.stream, "stream"),
+        text(&raw.subject_prefix, "subject_prefix"),
+        int(&raw.duplicate_window_secs, "duplicate_window_secs"),
+        int(&raw.max_age_secs, "max_age_secs"),
+        int(&raw.max_pending, "max_pending"),
+        text(&raw.instance, "instance"),
+        text(&raw.creds, "creds"),
+        text(&raw.tls_ca, "tls_ca"),
+        text(&raw.tls_cert, "tls_cert"),
+        text(&raw.tls_key, "tls_key"),
     ];
-    let jsonl_keys = [
-        span(&raw.rotate_secs, "rotate_secs"),
-        span(&raw.keep, "keep"),
-    ];
-    let ring_key = span(&raw.size_bytes, "size_bytes");
-    let foreign: Vec<_> = match kind {
-        SinkKind::Jsonl => unix_keys.into_iter().chain([ring_key]).flatten().collect(),
-        SinkKind::Unix => jsonl_keys
-            .into_iter()
-            .chain([span(&raw.rotate_bytes, "rotate_bytes"), ring_key])
-            .flatten()
-            .collect(),
-        SinkKind::Pcap => unix_keys
-            .into_iter()
-            .chain(jsonl_keys)
-            .chain([ring_key])
-            .flatten()
-            .collect(),
-        SinkKind::Shm => unix_keys
-            .into_iter()
-            .chain(jsonl_keys)
-            .chain([span(&raw.rotate_bytes, "rotate_bytes")])
-            .flatten()
-            .collect(),
-    };
-    for (key, span) in foreign {
+    for (key, span) in present.into_iter().flatten() {
+        if allowed.contains(&key) {
+            continue;
+        }
         let owner = match key {
+            "path" => "jsonl, unix, pcap and shm sinks",
             "client_queue" | "mode" | "group" => "unix sinks",
             "rotate_bytes" => "jsonl and pcap sinks",
+            "rotate_secs" | "keep" => "jsonl sinks",
             "size_bytes" => "shm sinks",
-            _ => "jsonl sinks",
+            _ => "nats sinks",
         };
-        report.foreign_keys(&[(key, span)], path, owner, &this, allowed);
+        report.foreign_keys(&[(key, span)], path, owner, &this, &allowed.join(", "));
     }
 
     match kind {
@@ -374,6 +382,208 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
                 size_bytes: size?.get() as u64,
             })
         }
+        SinkKind::Nats => nats_sink(raw, &header, path, report).map(|n| Sink::Nats(Box::new(n))),
+    }
+}
+
+/// The keys of a nats sink.
+const NATS_KEYS: [&str; 12] = [
+    "kind",
+    "url",
+    "stream",
+    "subject_prefix",
+    "duplicate_window_secs",
+    "max_age_secs",
+    "max_pending",
+    "instance",
+    "creds",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
+
+/// A nats sink's duplicate window when `duplicate_window_secs` is left out: two minutes,
+/// JetStream's own default.
+const DEFAULT_DUPLICATE_WINDOW_SECS: u64 = 120;
+
+/// Publishes awaiting their acknowledgement when `max_pending` is left out.
+const DEFAULT_MAX_PENDING: u32 = 4096;
+
+fn nats_sink(
+    raw: &RawSink,
+    header: &std::ops::Range<usize>,
+    path: &Path,
+    report: &mut Report<'_>,
+) -> Option<NatsSink> {
+    let url = report
+        .required(&raw.url, header, &path.key("url"), NATS_URL)
+        .and_then(|f| nats_url(f, &path.key("url"), report));
+    let stream = report
+        .required(&raw.stream, header, &path.key("stream"), NATS_NAME)
+        .and_then(|f| nats_token(f, &path.key("stream"), report, false));
+    let prefix = match &raw.subject_prefix {
+        None => Some("gapless".to_string()),
+        Some(f) => nats_token(f, &path.key("subject_prefix"), report, true),
+    };
+    let window = report.int_or::<u64>(
+        &raw.duplicate_window_secs,
+        &path.key("duplicate_window_secs"),
+        1..=7 * 86_400,
+        DEFAULT_DUPLICATE_WINDOW_SECS,
+    );
+    let max_age = report.int_or::<u64>(
+        &raw.max_age_secs,
+        &path.key("max_age_secs"),
+        0..=3650 * 86_400,
+        0,
+    );
+    let max_pending = report.int_or(
+        &raw.max_pending,
+        &path.key("max_pending"),
+        1..=1 << 20,
+        DEFAULT_MAX_PENDING,
+    );
+    let instance = match &raw.instance {
+        None => Some(host_name()),
+        Some(f) => nats_token(f, &path.key("instance"), report, false),
+    };
+    let optional_file = |f: &Option<Spanned<String>>, key: &str, report: &mut Report<'_>| match f {
+        None => Some(None),
+        Some(f) => file_path(f, &path.key(key), report).map(Some),
+    };
+    let creds = optional_file(&raw.creds, "creds", report);
+    let tls_ca = optional_file(&raw.tls_ca, "tls_ca", report);
+    let tls_cert = optional_file(&raw.tls_cert, "tls_cert", report);
+    let tls_key = optional_file(&raw.tls_key, "tls_key", report);
+    let tls_client = match (tls_cert?, tls_key?) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (cert, _) => {
+            let (given, missing) = if cert.is_some() {
+                (&raw.tls_cert, "tls_key")
+            } else {
+                (&raw.tls_key, "tls_cert")
+            };
+            let span = given.as_ref().map_or_else(|| header.clone(), Spanned::span);
+            report.push(
+                ErrorKind::MissingKey,
+                &span,
+                &path.key(missing),
+                format!("a client certificate needs both `tls_cert` and `tls_key`; `{missing}` is missing"),
+                "both keys, or neither",
+            );
+            return None;
+        }
+    };
+    let window = window?;
+    let max_age = max_age?;
+    Some(NatsSink {
+        url: url?,
+        stream: stream?,
+        subject_prefix: prefix?,
+        duplicate_window: Duration::from_secs(window),
+        max_age: Some(max_age).filter(|&s| s > 0).map(Duration::from_secs),
+        max_pending: max_pending?,
+        instance: instance?,
+        creds: creds?,
+        tls_ca: tls_ca?,
+        tls_client,
+    })
+}
+
+const NATS_URL: &str = "a NATS server such as \"nats://127.0.0.1:4222\" (several: comma-separated)";
+const NATS_NAME: &str = "1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'";
+
+/// One or more `nats://`, `tls://` or `ws://`-less server addresses, comma-separated.
+fn nats_url(field: &Spanned<String>, path: &Path, report: &mut Report<'_>) -> Option<String> {
+    let text = field.get_ref();
+    let ok = !text.trim().is_empty()
+        && text.split(',').all(|one| {
+            let one = one.trim();
+            let rest = one
+                .strip_prefix("nats://")
+                .or_else(|| one.strip_prefix("tls://"))
+                .unwrap_or(one);
+            let host_port = rest.rsplit('@').next().unwrap_or("");
+            host_port.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            })
+        });
+    if !ok {
+        let found = format!(
+            "{} is not a NATS server address",
+            report.quote(&field.span())
+        );
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            path,
+            found,
+            NATS_URL,
+        );
+        return None;
+    }
+    Some(text.clone())
+}
+
+/// A JetStream stream name or one subject token (or, with `dots`, several tokens).
+fn nats_token(
+    field: &Spanned<String>,
+    path: &Path,
+    report: &mut Report<'_>,
+    dots: bool,
+) -> Option<String> {
+    let text = field.get_ref();
+    let token_ok = |t: &str| {
+        !t.is_empty()
+            && t.len() <= 64
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let ok = if dots {
+        text.len() <= 128 && text.split('.').all(token_ok)
+    } else {
+        token_ok(text)
+    };
+    if !ok {
+        let found = format!("{} is not a usable NATS name", report.quote(&field.span()));
+        let expected = if dots {
+            "tokens of A-Z, a-z, 0-9, '_' and '-', separated by '.'"
+        } else {
+            NATS_NAME
+        };
+        report.push(
+            ErrorKind::InvalidValue,
+            &field.span(),
+            path,
+            found,
+            expected,
+        );
+        return None;
+    }
+    Some(text.clone())
+}
+
+/// This host's name as a NATS token (its characters outside the token's alphabet become
+/// '_'), or "gapless" where it cannot be read.
+fn host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "gapless".to_string()
+    } else {
+        name
     }
 }
 

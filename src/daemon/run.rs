@@ -34,6 +34,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::{Config, Idle, Sink, VenueKind};
+use crate::daemon::cursor::CursorKeeper;
 use crate::drive::live::{RxError, RxLoop, RxOptions, RxResult, RxShared, StreamView};
 use crate::io::idle::IdleStrategy;
 use crate::metrics::{Exporter, ExporterHandle, Registry, StreamMetrics};
@@ -42,6 +43,7 @@ use crate::publish::jsonl::StreamNames;
 use crate::publish::wire::StreamName;
 use crate::publish::{Consumer, Producer, channel};
 use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle, Rotation};
+use crate::sinks::nats::NatsSinkHandle;
 use crate::sinks::pcap::PcapSinkHandle;
 use crate::sinks::shm::ShmSink;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle, set_access};
@@ -160,7 +162,34 @@ impl Daemon {
         let daemon = &self.config.daemon;
         let queue_bytes = daemon.consumer_queue.get().saturating_mul(64).max(1 << 16);
 
-        let venues = AnyVenue::all_from_config(&self.config)?;
+        let mut venues = AnyVenue::all_from_config(&self.config)?;
+        let state_dir = daemon.state_directory.clone().or_else(|| {
+            // systemd's StateDirectory=; several are separated by colons.
+            std::env::var_os("STATE_DIRECTORY")
+                .and_then(|v| {
+                    v.to_str()
+                        .and_then(|s| s.split(':').next())
+                        .map(PathBuf::from)
+                })
+                .filter(|p| !p.as_os_str().is_empty())
+        });
+        if let Some(dir) = &state_dir {
+            let saved = crate::daemon::cursor::load(dir);
+            if !saved.is_empty() {
+                crate::log_info!(
+                    "resume cursors for {} streams read from {}",
+                    saved.len(),
+                    dir.display()
+                );
+            }
+            let lookup = |id: u16| {
+                let (venue, stream) = names.get(id);
+                saved.get(&(venue.to_string(), stream.to_string())).cloned()
+            };
+            for venue in &mut venues {
+                venue.set_resume(&lookup);
+            }
+        }
 
         let registry = Arc::new(Registry::new());
         let stream_metrics: Vec<Arc<StreamMetrics>> = stream_ids(streams)
@@ -177,6 +206,7 @@ impl Daemon {
         let mut unix = Vec::new();
         let mut recorder = None;
         let mut rings = Vec::new();
+        let mut nats = Vec::new();
         for sink in &self.config.sinks {
             match sink {
                 Sink::Jsonl {
@@ -274,8 +304,41 @@ impl Daemon {
                         })?;
                     recorder = Some((tap, handle));
                 }
+                Sink::Nats(settings) => {
+                    let (producer, consumer) = channel(queue_bytes, streams);
+                    let handle = crate::sinks::nats::start(settings, consumer, &names, streams)
+                        .map_err(|e| DaemonError::Sink {
+                            path: PathBuf::from(format!("nats:{}", settings.stream)),
+                            source: Box::new(e),
+                        })?;
+                    let name = format!("nats:{}", settings.stream);
+                    registry.add_consumer(&name, Arc::clone(producer.stats()));
+                    registry.add_nats(&name, Arc::clone(handle.counters()));
+                    producers.push(producer);
+                    nats.push(handle);
+                }
             }
         }
+
+        let cursors = match &state_dir {
+            None => None,
+            Some(dir) => {
+                let sources: Vec<_> = nats.iter().map(|n| Arc::clone(n.cursors())).collect();
+                // Without a sink that acknowledges, the cursor is what the fan-out delivered.
+                let input = sources.is_empty().then(|| {
+                    let (producer, consumer) = channel(queue_bytes, streams);
+                    registry.add_consumer("cursors", Arc::clone(producer.stats()));
+                    producers.push(producer);
+                    consumer
+                });
+                let keeper = CursorKeeper::start(dir, names.clone(), streams, sources, input)
+                    .map_err(|e| DaemonError::Sink {
+                        path: dir.join(crate::daemon::cursor::FILE_NAME),
+                        source: Box::new(e),
+                    })?;
+                Some(keeper)
+            }
+        };
 
         let exporter =
             Exporter::start(daemon.metrics_listen, Arc::clone(&registry)).map_err(|e| {
@@ -373,6 +436,8 @@ impl Daemon {
             rx,
             jsonl,
             unix,
+            nats,
+            cursors,
             names,
             registry,
             exporter: Some(exporter),
@@ -410,6 +475,8 @@ pub struct Running {
     rx: JoinHandle<std::io::Result<RxResult>>,
     jsonl: Vec<JsonlSinkHandle>,
     unix: Vec<UnixSinkHandle>,
+    nats: Vec<NatsSinkHandle>,
+    cursors: Option<CursorKeeper>,
     names: StreamNames,
     registry: Arc<Registry>,
     exporter: Option<ExporterHandle>,
@@ -492,6 +559,15 @@ impl Running {
                 path: PathBuf::from("jsonl"),
                 source: Box::new(e),
             })?;
+        }
+        for handle in self.nats {
+            handle.stop().map_err(|e| DaemonError::Sink {
+                path: PathBuf::from("nats"),
+                source: Box::new(e),
+            })?;
+        }
+        if let Some(cursors) = self.cursors.take() {
+            cursors.stop();
         }
         for handle in self.unix {
             let path = handle.path().to_path_buf();

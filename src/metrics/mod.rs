@@ -52,6 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::publish::{QueueStats, StreamState};
+use crate::sinks::nats::NatsCounters;
 use crate::sinks::shm::ShmCounters;
 use exposition::{Family, Kind, Value};
 
@@ -85,6 +86,7 @@ pub struct Registry {
     venues: Mutex<Vec<(String, Arc<VenueMetrics>)>>,
     consumers: Mutex<Vec<ConsumerEntry>>,
     rings: Mutex<Vec<(String, Arc<ShmCounters>)>>,
+    nats: Mutex<Vec<(String, Arc<NatsCounters>)>>,
     lines: Mutex<Vec<line::LineEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
@@ -119,6 +121,7 @@ impl Registry {
             venues: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
+            nats: Mutex::new(Vec::new()),
             lines: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
@@ -169,6 +172,11 @@ impl Registry {
             name: escape_label(name),
             stats,
         });
+    }
+
+    /// Registers a nats sink, by name, for its publishes, acknowledgements and latency.
+    pub fn add_nats(&self, name: &str, counters: Arc<NatsCounters>) {
+        lock(&self.nats).push((escape_label(name), counters));
     }
 
     /// Registers a shared-memory ring, by path, for its records, bytes and refusals.
@@ -251,6 +259,7 @@ impl Registry {
         families.extend(venue_families(&lock(&self.venues)));
         families.extend(consumer_families(&lock(&self.consumers)));
         families.extend(ring_families(&lock(&self.rings)));
+        families.extend(nats_families(&lock(&self.nats)));
         families.extend(line::line_families(&lock(&self.lines)));
 
         let mut cycle = Family::new(
@@ -492,6 +501,86 @@ fn ring_families(rings: &[(String, Arc<ShmCounters>)]) -> Vec<Family> {
         .map(|(path, counters)| (path.as_str(), &**counters))
         .collect();
     labelled_families(&series, "ring", &entries)
+}
+
+fn nats_families(sinks: &[(String, Arc<NatsCounters>)]) -> Vec<Family> {
+    if sinks.is_empty() {
+        return Vec::new();
+    }
+    let series: [LabelledSeries<NatsCounters>; 9] = [
+        (
+            "gapless_nats_published_total",
+            "Publishes sent to JetStream for the first time.",
+            Kind::Counter,
+            NatsCounters::published,
+        ),
+        (
+            "gapless_nats_acked_total",
+            "Publishes JetStream acknowledged, stored or dropped as a copy.",
+            Kind::Counter,
+            NatsCounters::acked,
+        ),
+        (
+            "gapless_nats_duplicates_total",
+            "Acknowledgements saying JetStream already had the message.",
+            Kind::Counter,
+            NatsCounters::duplicates,
+        ),
+        (
+            "gapless_nats_retries_total",
+            "Publishes sent again after a failure or a missing acknowledgement.",
+            Kind::Counter,
+            NatsCounters::retries,
+        ),
+        (
+            "gapless_nats_failures_total",
+            "Publishes that failed or were not acknowledged in time.",
+            Kind::Counter,
+            NatsCounters::failures,
+        ),
+        (
+            "gapless_nats_overruns_total",
+            "Overrun markers published: events the sink's queue lost while JetStream was slow or away.",
+            Kind::Counter,
+            NatsCounters::overruns,
+        ),
+        (
+            "gapless_nats_connects_total",
+            "Connections made to a NATS server, the first and every reconnection.",
+            Kind::Counter,
+            NatsCounters::connects,
+        ),
+        (
+            "gapless_nats_connected",
+            "1 while the sink is connected to a NATS server.",
+            Kind::Gauge,
+            NatsCounters::connected,
+        ),
+        (
+            "gapless_nats_pending",
+            "Publishes sent and not yet acknowledged.",
+            Kind::Gauge,
+            NatsCounters::pending,
+        ),
+    ];
+    let entries: Vec<(&str, &NatsCounters)> = sinks
+        .iter()
+        .map(|(name, counters)| (name.as_str(), &**counters))
+        .collect();
+    let mut families = labelled_families(&series, "sink", &entries);
+    let mut latency = Family::new(
+        "gapless_nats_publish_seconds",
+        "Time from sending a publish to JetStream's acknowledgement.",
+        Kind::Histogram,
+    );
+    for (name, counters) in sinks {
+        latency.push(
+            vec![("sink", name.clone())],
+            histogram(&counters.latency().snapshot(), LATENCY_POWS),
+        );
+    }
+    families.push(latency);
+    families
 }
 
 fn histogram(snapshot: &HistogramSnapshot, (lo, hi): (u32, u32)) -> Value {

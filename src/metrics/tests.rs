@@ -362,6 +362,10 @@ fn busy_registry() -> Arc<Registry> {
     let (producer, _consumer) = channel(4096, 2);
     registry.add_consumer("unix", Arc::clone(producer.stats()));
     registry.add_ring("/run/gapless/a.ring", ring_with_three_records());
+    registry.add_nats(
+        "nats:FEED",
+        Arc::new(crate::sinks::nats::NatsCounters::default()),
+    );
     let line = registry.add_line("nasdaq", "itch-a", "b");
     let mut stats = crate::venue::LineStats {
         packets: 9,

@@ -6,10 +6,12 @@
 //! - [`jsonl`]: a JSON-lines file writer.
 //! - [`pcap`]: a recorder of the datagrams the rx thread received.
 //! - [`shm`]: a shared-memory ring the rx thread writes and reader processes read.
+//! - [`nats`]: a publisher into a NATS JetStream stream.
 //!
 //! [`publish::channel`]: crate::publish::channel
 
 pub mod jsonl;
+pub mod nats;
 pub mod pcap;
 pub mod shm;
 pub mod unix;

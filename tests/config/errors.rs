@@ -526,7 +526,7 @@ fn six_mistakes_are_reported_in_one_pass() {
          --> config/bad.toml:4:1\n  |\n\
          4 | metrics_listn = \"127.0.0.1:9464\"\n  \
          | ^^^^^^^^^^^^^ expected one of `metrics_listen`, `rx_core`, `idle`, \
-         `consumer_queue`, `log_level`, `log_format`\n  \
+         `consumer_queue`, `log_level`, `log_format`, `state_directory`\n  \
          = help: did you mean `metrics_listen`?\n"
     );
     let url = errors.errors()[3].render("error");
@@ -700,4 +700,47 @@ fn a_line_group_used_twice_and_lines_beside_the_shorthand_are_errors() {
         "venue[0].recovery.line_down_ms",
         "10",
     );
+}
+
+/// `VALID` with a nats sink appended.
+fn with_nats(sink: &str) -> String {
+    format!("{VALID}\n[[sink]]\nkind = \"nats\"\n{sink}")
+}
+
+#[test]
+fn a_nats_sink_is_read_with_its_defaults() {
+    let text = with_nats("url = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n");
+    let config = Config::parse(&text, FILE).expect("valid");
+    let Some(gapless::config::Sink::Nats(nats)) = config.sinks.last() else {
+        panic!("no nats sink in {:?}", config.sinks);
+    };
+    assert_eq!(nats.subject_prefix, "gapless");
+    assert_eq!(nats.duplicate_window, std::time::Duration::from_secs(120));
+    assert_eq!(nats.max_pending, 4096);
+    assert!(nats.max_age.is_none() && nats.tls_client.is_none());
+}
+
+#[test]
+fn nats_sink_mistakes_are_each_named() {
+    let errors = errors(&with_nats(
+        "url = \"http://x\"\nstream = \"a.b\"\npath = \"/tmp/x\"\ntls_cert = \"c.pem\"\n",
+    ));
+    let text = errors.to_string();
+    assert_eq!(errors.len(), 4, "{text}");
+    assert!(text.contains("is not a NATS server address"), "{text}");
+    assert!(text.contains("is not a usable NATS name"), "{text}");
+    assert!(
+        text.contains("`path` belongs to jsonl, unix, pcap and shm sinks"),
+        "{text}"
+    );
+    assert!(text.contains("`tls_key` is missing"), "{text}");
+    let missing = errors_of_missing_url();
+    assert!(
+        missing.contains("required key `url` is missing"),
+        "{missing}"
+    );
+}
+
+fn errors_of_missing_url() -> String {
+    errors(&with_nats("stream = \"FEED\"\n")).to_string()
 }

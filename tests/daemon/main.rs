@@ -11,6 +11,7 @@
 
 mod binance_cli;
 mod logs;
+mod nats;
 mod run;
 mod shm;
 mod top;

@@ -1,0 +1,539 @@
+//! The nats sink against Debian's `nats-server` with JetStream, on a loopback port of its own:
+//! an active-active pair of daemons, each with loss of its own on top of the feed's, one of
+//! them killed halfway, publishing into one stream that must hold every message once and in
+//! order; and a server that goes away for five seconds mid-run.
+//!
+//! The tests skip, saying why, where `nats-server` is not installed (`.ci/install-deps`
+//! installs it).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt;
+use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gapless");
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gapless-{name}-{}", std::process::id()));
+    // A previous run's leftovers, if any; absent is the usual case.
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The server binary, or `None` (with the reason printed) where it is not installed.
+fn nats_server_binary() -> Option<PathBuf> {
+    let found = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        eprintln!("skipped: nats-server is not installed (.ci/install-deps installs it)");
+    }
+    found
+}
+
+/// A `nats-server -js` on 127.0.0.1, its store in a directory of the test's.
+struct NatsServer {
+    binary: PathBuf,
+    port: u16,
+    store: PathBuf,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    fn start(binary: PathBuf, dir: &Path) -> Self {
+        let mut server = Self {
+            binary,
+            port: free_port(),
+            store: dir.join("jetstream"),
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    /// Starts the process and waits (20 s at most) for its "Server is ready" line.
+    fn launch(&mut self) {
+        let mut child = Command::new(&self.binary)
+            .args(["-js", "-a", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .arg("-sd")
+            .arg(&self.store)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(ready);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("Server is ready")
+                    && let Some(tx) = ready.take()
+                {
+                    // The test may have given up already; then nobody listens.
+                    let _ = tx.send(());
+                }
+            }
+        });
+        is_ready
+            .recv_timeout(Duration::from_secs(20))
+            .expect("nats-server ready within 20 s");
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn config_text(
+    group: SocketAddrV4,
+    sim: &MoldSim,
+    nats: &str,
+    instance: &str,
+    metrics: u16,
+) -> String {
+    config_with(group, sim, nats, instance, metrics, "from-start", "")
+}
+
+fn config_with(
+    group: SocketAddrV4,
+    sim: &MoldSim,
+    nats: &str,
+    instance: &str,
+    metrics: u16,
+    start: &str,
+    daemon_extra: &str,
+) -> String {
+    format!(
+        r#"
+[daemon]
+metrics_listen = "127.0.0.1:{metrics}"
+idle = "yield"
+log_level = "info"
+consumer_queue = 1048576
+{daemon_extra}
+
+[[venue]]
+name = "sim"
+kind = "moldudp64"
+start = "{start}"
+
+  [[venue.channel]]
+  name = "a"
+  group = "{group}"
+  interface = "127.0.0.1"
+  rerequest = ["{rerequest}"]
+  rcvbuf = 8388608
+
+  [venue.recovery]
+  reorder_window = 65536
+  reorder_delay_us = 2000
+
+[[sink]]
+kind = "nats"
+url = "{nats}"
+stream = "FEED"
+instance = "{instance}"
+duplicate_window_secs = 600
+"#,
+        rerequest = sim.rerequest_addr(),
+    )
+}
+
+fn start_daemon(dir: &Path, config: &str, chaos: Option<&str>) -> Child {
+    let path = dir.join("gapless.toml");
+    std::fs::write(&path, config).unwrap();
+    let notify_path = dir.join("notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(chaos) = chaos {
+        command.env("GAPLESS_CHAOS", chaos);
+    }
+    let child = command.spawn().unwrap();
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    child
+}
+
+fn sigterm(child: &mut Child) {
+    // SAFETY: signalling the child process this test started.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "no stop within 30 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// One stored publish, as a consumer reads it.
+#[derive(Debug)]
+struct Stored {
+    kind: String,
+    seq: Option<u64>,
+    instance: String,
+}
+
+fn header(message: &async_nats::Message, name: &str) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_string())
+}
+
+/// Reads the stream from its start until a message with sequence `last` arrives (within
+/// `within`), then whatever else it held by then.
+fn read_back(url: &str, last: u64, within: Duration) -> Vec<Stored> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = jetstream::new(client);
+        let stream = js.get_stream("FEED").await.unwrap();
+        let consumer = stream
+            .create_consumer(consumer::pull::Config {
+                deliver_policy: consumer::DeliverPolicy::All,
+                ack_policy: consumer::AckPolicy::None,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut messages = consumer.messages().await.unwrap();
+        let deadline = tokio::time::Instant::now() + within;
+        let mut out = Vec::new();
+        let mut seen_last = false;
+        loop {
+            let wait = if seen_last {
+                Duration::from_millis(500)
+            } else {
+                deadline.saturating_duration_since(tokio::time::Instant::now())
+            };
+            let Ok(next) = tokio::time::timeout(wait, messages.next()).await else {
+                assert!(
+                    seen_last,
+                    "message {last} not in the stream within {within:?}; read {}",
+                    out.len()
+                );
+                break;
+            };
+            let message = next.expect("the consumer's stream ended").unwrap();
+            let stored = Stored {
+                kind: header(&message, "Gapless-Kind").unwrap_or_default(),
+                seq: header(&message, "Gapless-Seq").and_then(|s| s.parse().ok()),
+                instance: header(&message, "Gapless-Instance").unwrap_or_default(),
+            };
+            seen_last |= stored.seq == Some(last);
+            out.push(stored);
+        }
+        out
+    })
+}
+
+/// Asserts that the stream's messages are 1..=last, once each and in order, with no gap or
+/// overrun event among the rest; returns the instances whose copies were stored.
+fn assert_exact(stored: &[Stored], last: u64) -> Vec<String> {
+    let mut expected = 1;
+    let mut instances = Vec::new();
+    for s in stored {
+        assert!(
+            s.kind != "gap" && s.kind != "overrun",
+            "a {} event in the stream: {s:?}",
+            s.kind
+        );
+        if s.kind == "message" {
+            assert_eq!(
+                s.seq,
+                Some(expected),
+                "the stream's messages out of order or doubled"
+            );
+            expected += 1;
+            if !instances.contains(&s.instance) {
+                instances.push(s.instance.clone());
+            }
+        }
+    }
+    assert_eq!(expected - 1, last, "messages in the stream");
+    instances
+}
+
+fn sim(group: SocketAddrV4, count: u64, rate: f64, seed: u64) -> MoldSim {
+    let mut cfg = MoldSimConfig::new(group);
+    cfg.count = count;
+    cfg.rate = Some(rate);
+    cfg.start_delay = Duration::from_millis(1500);
+    cfg.heartbeat_interval = Some(Duration::from_millis(100));
+    cfg.faults = FaultConfig {
+        seed,
+        loss: 0.005,
+        ..FaultConfig::default()
+    };
+    MoldSim::start(cfg).unwrap()
+}
+
+const PAIR_MESSAGES: u64 = 1_000_000;
+
+#[test]
+fn a_pair_with_its_own_loss_each_and_one_killed_halfway_stores_every_message_once_in_order() {
+    let Some(binary) = nats_server_binary() else {
+        return;
+    };
+    let dir = temp_dir("nats-pair");
+    let server = NatsServer::start(binary, &dir);
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 21), 46421);
+    let mut sim = sim(group, PAIR_MESSAGES, 100_000.0, 21);
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let (metrics_a, metrics_b) = (free_port(), free_port());
+    let mut a = start_daemon(
+        &dir_a,
+        &config_text(group, &sim, &server.url(), "left", metrics_a),
+        Some("seed=1,drop=0.01,reorder=0.01"),
+    );
+    let mut b = start_daemon(
+        &dir_b,
+        &config_text(group, &sim, &server.url(), "right", metrics_b),
+        Some("seed=2,drop=0.01,reorder=0.01"),
+    );
+
+    // The second instance dies without a word halfway through the feed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let acked = metric(&scrape(metrics_b), "gapless_nats_acked_total");
+        if acked >= PAIR_MESSAGES / 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pair's second instance reached {acked} acks in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.kill().unwrap();
+    b.wait().unwrap();
+
+    sim.wait(Duration::from_secs(120)).unwrap();
+    let stored = read_back(&server.url(), PAIR_MESSAGES, Duration::from_secs(120));
+    let text = scrape(metrics_a);
+    sigterm(&mut a);
+    let instances = assert_exact(&stored, PAIR_MESSAGES);
+    assert_eq!(
+        instances.len(),
+        2,
+        "both instances' copies were stored: {instances:?}"
+    );
+    assert!(
+        metric(&text, "gapless_nats_duplicates_total") > 0,
+        "the survivor's copies of what the other stored first were reported as duplicates"
+    );
+}
+
+#[test]
+fn publishing_resumes_after_the_server_is_away_for_five_seconds() {
+    let Some(binary) = nats_server_binary() else {
+        return;
+    };
+    const MESSAGES: u64 = 300_000;
+    let dir = temp_dir("nats-outage");
+    let mut server = NatsServer::start(binary, &dir);
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 22), 46422);
+    let mut sim = sim(group, MESSAGES, 25_000.0, 22);
+    let metrics = free_port();
+    let mut daemon = start_daemon(
+        &dir,
+        &config_text(group, &sim, &server.url(), "solo", metrics),
+        None,
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(metrics), "gapless_nats_acked_total") < MESSAGES / 4 {
+        assert!(
+            Instant::now() < deadline,
+            "a quarter acknowledged within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.kill();
+    // The outage itself: five seconds with no server while the feed goes on.
+    std::thread::sleep(Duration::from_secs(5));
+    server.launch();
+
+    sim.wait(Duration::from_secs(120)).unwrap();
+    let stored = read_back(&server.url(), MESSAGES, Duration::from_secs(120));
+    let text = scrape(metrics);
+    sigterm(&mut daemon);
+    assert_exact(&stored, MESSAGES);
+    assert!(
+        metric(&text, "gapless_nats_retries_total") > 0,
+        "unacknowledged publishes were sent again"
+    );
+    assert!(
+        metric(&text, "gapless_nats_connects_total") >= 2,
+        "the sink reconnected"
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_session_resumes_from_its_cursor_with_nothing_missing() {
+    let Some(binary) = nats_server_binary() else {
+        return;
+    };
+    const MESSAGES: u64 = 200_000;
+    let dir = temp_dir("nats-restart");
+    let server = NatsServer::start(binary, &dir);
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 23), 46423);
+    let mut cfg = MoldSimConfig::new(group);
+    cfg.count = MESSAGES;
+    cfg.rate = Some(10_000.0);
+    // A live start takes the first datagram it sees: the daemon is ready well before.
+    cfg.start_delay = Duration::from_secs(3);
+    cfg.heartbeat_interval = Some(Duration::from_millis(100));
+    cfg.faults = FaultConfig {
+        seed: 23,
+        loss: 0.005,
+        ..FaultConfig::default()
+    };
+    let mut sim = MoldSim::start(cfg).unwrap();
+    let metrics = free_port();
+    let state = dir.join("state");
+    // A live start: without a cursor, a restart would begin wherever the feed is then.
+    let config = config_with(
+        group,
+        &sim,
+        &server.url(),
+        "solo",
+        metrics,
+        "live",
+        &format!("state_directory = \"{}\"", state.display()),
+    );
+    let mut daemon = start_daemon(&dir, &config, None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(metrics), "gapless_nats_acked_total") < MESSAGES / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "a third acknowledged within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let saved = std::fs::read_to_string(state.join("cursors")).unwrap();
+    assert!(saved.contains("sim\ta\t"), "a cursor for sim/a: {saved:?}");
+
+    // Down for a moment while the feed goes on; then the same configuration again.
+    let mut daemon = start_daemon(&dir, &config, None);
+    sim.wait(Duration::from_secs(120)).unwrap();
+    let stored = read_back(&server.url(), MESSAGES, Duration::from_secs(120));
+    let text = scrape(metrics);
+    sigterm(&mut daemon);
+    assert_exact(&stored, MESSAGES);
+    assert!(
+        metric(&text, "gapless_nats_acked_total") > 0,
+        "the restarted daemon published"
+    );
+    python_reader_reads(&server.url(), MESSAGES);
+}
+
+/// The README's Python consumer (nats-py) reads the same stream: 1..=last, in order.
+fn python_reader_reads(url: &str, last: u64) {
+    let has_nats_py = Command::new("python3")
+        .args(["-c", "import nats"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_nats_py {
+        eprintln!(
+            "skipped the Python reader: nats-py is not installed (.ci/install-deps installs it)"
+        );
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python/gapless_nats.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["--url", url, "--stream", "FEED", "--idle", "3"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the Python reader failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let seqs: Vec<u64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    assert_eq!(
+        seqs.len() as u64,
+        last,
+        "messages the Python reader printed"
+    );
+    assert!(
+        seqs.iter().copied().eq(1..=last),
+        "the Python reader's messages are 1..={last} in order"
+    );
+}
