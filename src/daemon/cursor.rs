@@ -61,13 +61,16 @@ impl CursorSet {
         }
     }
 
-    /// A new epoch begins on `stream`.
+    /// A new epoch begins on `stream` (the same one again, after a restart, keeps its
+    /// position).
     pub fn epoch(&self, stream: u16, label: &str) {
         self.update(stream, |c| {
-            *c = Some(Cursor {
-                label: label.to_string(),
-                next: 0,
-            });
+            if c.as_ref().is_none_or(|c| c.label != label) {
+                *c = Some(Cursor {
+                    label: label.to_string(),
+                    next: 0,
+                });
+            }
         });
     }
 
@@ -132,6 +135,26 @@ fn merged(sources: &[Arc<CursorSet>], streams: usize) -> Vec<Option<Cursor>> {
                 };
             }
             best.filter(|c| c.next > 0)
+        })
+        .collect()
+}
+
+/// `cursors`, where a saved cursor is further on in the same epoch (or a stream has none
+/// yet), with the saved one.
+fn with_floor(cursors: Vec<Option<Cursor>>, floor: &[Option<Resume>]) -> Vec<Option<Cursor>> {
+    cursors
+        .into_iter()
+        .zip(floor)
+        .map(|(c, f)| match (c, f) {
+            (Some(c), Some(f)) if c.label == f.label && c.next < f.next => Some(Cursor {
+                label: f.label.clone(),
+                next: f.next,
+            }),
+            (None, Some(f)) => Some(Cursor {
+                label: f.label.clone(),
+                next: f.next,
+            }),
+            (c, _) => c,
         })
         .collect()
 }
@@ -219,13 +242,17 @@ impl CursorKeeper {
     /// # Errors
     ///
     /// When the directory cannot be created or the thread cannot start.
+    ///
+    /// `floor` holds, per stream id, the cursor read at start: it stands until the stream
+    /// moves past it in the same epoch, or into another epoch.
     pub fn start(
         dir: &Path,
         names: StreamNames,
-        streams: usize,
+        floor: Vec<Option<Resume>>,
         mut sources: Vec<Arc<CursorSet>>,
         input: Option<Consumer>,
     ) -> io::Result<Self> {
+        let streams = floor.len();
         std::fs::create_dir_all(dir)?;
         let path = dir.join(FILE_NAME);
         let stop = Arc::new(AtomicBool::new(false));
@@ -236,7 +263,7 @@ impl CursorKeeper {
         }
         let thread = thread::Builder::new()
             .name("gapless-cursors".into())
-            .spawn(move || keep(&path, &names, streams, &sources, own, &flag))?;
+            .spawn(move || keep(&path, &names, &floor, &sources, own, &flag))?;
         Ok(Self {
             stop,
             thread: Some(thread),
@@ -267,7 +294,7 @@ impl Drop for CursorKeeper {
 fn keep(
     path: &Path,
     names: &StreamNames,
-    streams: usize,
+    floor: &[Option<Resume>],
     sources: &[Arc<CursorSet>],
     mut own: Option<(Consumer, Arc<CursorSet>)>,
     stop: &AtomicBool,
@@ -281,7 +308,7 @@ fn keep(
         }
         let changed = sources.iter().fold(false, |any, s| s.take_changed() | any);
         if changed {
-            let text = render(names, &merged(sources, streams));
+            let text = render(names, &with_floor(merged(sources, floor.len()), floor));
             match write_atomically(path, &text) {
                 Ok(()) => {
                     if failing {
@@ -371,6 +398,43 @@ mod tests {
         );
         assert_eq!(saved.len(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_same_epoch_again_keeps_its_position() {
+        let set = CursorSet::new(1);
+        set.epoch(0, "E");
+        set.advance(0, 50);
+        set.epoch(0, "E");
+        assert_eq!(set.snapshot()[0].as_ref().map(|c| c.next), Some(50));
+        set.epoch(0, "F");
+        assert_eq!(set.snapshot()[0].as_ref().map(|c| c.next), Some(0));
+    }
+
+    #[test]
+    fn a_saved_cursor_stands_until_the_stream_moves_past_it() {
+        let resume = |label: &str, next| {
+            Some(Resume {
+                label: label.to_string(),
+                next,
+            })
+        };
+        let at = |label: &str, next| {
+            Some(Cursor {
+                label: label.to_string(),
+                next,
+            })
+        };
+        let floor = [resume("E", 100), resume("E", 100), resume("E", 100)];
+        let now = vec![None, at("E", 40), at("F", 3)];
+        assert_eq!(
+            with_floor(now, &floor),
+            vec![at("E", 100), at("E", 100), at("F", 3)]
+        );
+        assert_eq!(
+            with_floor(vec![at("E", 140)], &floor[..1]),
+            vec![at("E", 140)]
+        );
     }
 
     #[test]

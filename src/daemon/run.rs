@@ -173,8 +173,11 @@ impl Daemon {
                 })
                 .filter(|p| !p.as_os_str().is_empty())
         });
+        let saved = state_dir
+            .as_deref()
+            .map(crate::daemon::cursor::load)
+            .unwrap_or_default();
         if let Some(dir) = &state_dir {
-            let saved = crate::daemon::cursor::load(dir);
             if !saved.is_empty() {
                 crate::log_info!(
                     "resume cursors for {} streams read from {}",
@@ -331,7 +334,14 @@ impl Daemon {
                     producers.push(producer);
                     consumer
                 });
-                let keeper = CursorKeeper::start(dir, names.clone(), streams, sources, input)
+                // Until a stream moves past it, its saved cursor stands.
+                let floor = stream_ids(streams)
+                    .map(|id| {
+                        let (venue, stream) = names.get(id);
+                        saved.get(&(venue.to_string(), stream.to_string())).cloned()
+                    })
+                    .collect();
+                let keeper = CursorKeeper::start(dir, names.clone(), floor, sources, input)
                     .map_err(|e| DaemonError::Sink {
                         path: dir.join(crate::daemon::cursor::FILE_NAME),
                         source: Box::new(e),

@@ -368,6 +368,14 @@ impl Publisher {
     /// The thread's body: a session per connection, each on a runtime of its own.
     fn run(&mut self) {
         loop {
+            // Asked to stop while no connection could be made: the deadline runs all the
+            // same, and with nothing left to publish there is nothing to wait for.
+            if self.stopping.is_none() && self.stop.load(Ordering::Acquire) {
+                self.stopping = Some(Instant::now() + STOP_DEADLINE);
+            }
+            if self.stopping.is_some() && self.input.is_empty() && self.pending.is_empty() {
+                break;
+            }
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -485,13 +493,13 @@ impl Publisher {
         }
     }
 
-    /// Sleeps `d`, or less when asked to stop.
+    /// Sleeps `d`, never past the stop deadline once there is one.
     async fn pause(&self, d: Duration) {
-        let step = d.min(Duration::from_millis(100));
-        let until = Instant::now() + d;
-        while Instant::now() < until && !self.stop.load(Ordering::Acquire) {
-            tokio::time::sleep(step.min(until.saturating_duration_since(Instant::now()))).await;
-        }
+        let until = match self.stopping {
+            Some(deadline) => deadline.min(Instant::now() + d),
+            None => Instant::now() + d,
+        };
+        tokio::time::sleep_until(until.into()).await;
     }
 
     /// Logs a failure of `kind`, at most once every [`LOG_EVERY`].

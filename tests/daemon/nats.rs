@@ -537,3 +537,56 @@ fn python_reader_reads(url: &str, last: u64) {
         "the Python reader's messages are 1..={last} in order"
     );
 }
+
+#[test]
+fn a_daemon_whose_nats_server_never_answers_still_stops_on_sigterm() {
+    let dir = temp_dir("nats-none");
+    // A port with nothing listening: every connection attempt is refused.
+    let nobody = free_port();
+    let config = format!(
+        r#"
+[daemon]
+metrics_listen = "127.0.0.1:{metrics}"
+idle = "block"
+log_level = "info"
+
+[[venue]]
+name = "sim"
+kind = "moldudp64"
+
+  [[venue.channel]]
+  name = "a"
+  group = "239.255.64.24:46424"
+  interface = "127.0.0.1"
+
+[[sink]]
+kind = "nats"
+url = "nats://127.0.0.1:{nobody}"
+stream = "FEED"
+"#,
+        metrics = free_port(),
+    );
+    let mut daemon = start_daemon(&dir, &config, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port: u16 = config
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics_listen = \"127.0.0.1:"))
+        .and_then(|p| p.trim_end_matches('"').parse().ok())
+        .unwrap();
+    // Connection attempts have failed (and were logged and counted) before the stop.
+    while metric(&scrape(port), "gapless_nats_connected") != 0
+        || !scrape(port).contains("gapless_nats_connects_total")
+    {
+        assert!(Instant::now() < deadline, "the sink's metrics within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = Instant::now();
+    sigterm(&mut daemon);
+    // Nothing was queued for the sink, so it has nothing to wait for: no stop deadline to
+    // sit out (retrying a refused connection as fast as it fails, as it once did).
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "stopped {:?} after SIGTERM",
+        asked.elapsed()
+    );
+}
