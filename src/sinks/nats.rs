@@ -182,8 +182,9 @@ impl NatsSinkHandle {
 
 impl Drop for NatsSinkHandle {
     fn drop(&mut self) {
-        // A panic was already reported by the panic hook; nothing more to say here.
-        let _ = self.shutdown();
+        if let Err(e) = self.shutdown() {
+            crate::log_error!("nats sink: {e}");
+        }
     }
 }
 

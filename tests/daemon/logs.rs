@@ -12,18 +12,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gapless");
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gapless-logs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    crate::temp_dir(&format!("logs-{name}"))
 }
 
 /// A valid file: one MoldUDP64 channel on a loopback group nobody sends to.
@@ -34,7 +23,7 @@ fn valid_config(dir: &Path, format: Option<&str>) -> PathBuf {
          [[venue]]\nname = \"quiet\"\nkind = \"moldudp64\"\n\n\
          [[venue.channel]]\nname = \"a\"\ngroup = \"239.255.64.9:46409\"\ninterface = \"127.0.0.1\"\n\
          rerequest = [\"127.0.0.1:9\"]\n",
-        port = free_port(),
+        port = crate::free_port(),
     );
     let path = dir.join("gapless.toml");
     std::fs::write(&path, text).unwrap();

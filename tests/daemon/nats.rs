@@ -7,7 +7,7 @@
 //! installs it).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,23 +16,7 @@ use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gapless");
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gapless-{name}-{}", std::process::id()));
-    // A previous run's leftovers, if any; absent is the usual case.
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::{free_port, temp_dir};
 
 /// The server binary, or `None` (with the reason printed) where it is not installed.
 fn nats_server_binary() -> Option<PathBuf> {
@@ -172,42 +156,28 @@ duplicate_window_secs = 600
 fn start_daemon(dir: &Path, config: &str, chaos: Option<&str>) -> Child {
     let path = dir.join("gapless.toml");
     std::fs::write(&path, config).unwrap();
-    let notify_path = dir.join("notify.sock");
-    let _ = std::fs::remove_file(&notify_path);
-    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["run", "--config"])
-        .arg(&path)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    if let Some(chaos) = chaos {
-        command.env("GAPLESS_CHAOS", chaos);
-    }
-    let child = command.spawn().unwrap();
-    let mut buf = [0u8; 256];
-    let n = notify.recv(&mut buf).expect("READY=1 within 20 s");
-    assert_eq!(&buf[..n], b"READY=1");
-    child
+    let env: Vec<(&str, &str)> = chaos.map(|c| ("GAPLESS_CHAOS", c)).into_iter().collect();
+    crate::start_daemon_env(&path, dir, Stdio::inherit(), None, &env)
 }
 
 fn sigterm(child: &mut Child) {
-    // SAFETY: signalling the child process this test started.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = crate::sigterm_within(child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// Waits (at most `within`) until the sink's `/metrics` on `port` counts `n` acknowledged.
+fn wait_for_acks(port: u16, n: u64, within: Duration) {
+    let deadline = Instant::now() + within;
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status:?}");
+        let acked = metric(&scrape(port), "gapless_nats_acked_total");
+        if acked >= n {
             return;
         }
-        assert!(Instant::now() < deadline, "no stop within 30 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            Instant::now() < deadline,
+            "{acked} of {n} acknowledged within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -363,18 +333,7 @@ fn a_pair_with_its_own_loss_each_and_one_killed_halfway_stores_every_message_onc
     );
 
     // The second instance dies without a word halfway through the feed.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let acked = metric(&scrape(metrics_b), "gapless_nats_acked_total");
-        if acked >= PAIR_MESSAGES / 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pair's second instance reached {acked} acks in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_acks(metrics_b, PAIR_MESSAGES / 2, Duration::from_secs(60));
     b.kill().unwrap();
     b.wait().unwrap();
 
@@ -411,14 +370,7 @@ fn publishing_resumes_after_the_server_is_away_for_five_seconds() {
         None,
     );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(metrics), "gapless_nats_acked_total") < MESSAGES / 4 {
-        assert!(
-            Instant::now() < deadline,
-            "a quarter acknowledged within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_acks(metrics, MESSAGES / 4, Duration::from_secs(60));
     server.kill();
     // The outage itself: five seconds with no server while the feed goes on.
     std::thread::sleep(Duration::from_secs(5));
@@ -473,14 +425,7 @@ fn a_daemon_killed_mid_session_resumes_from_its_cursor_with_nothing_missing() {
         &format!("state_directory = \"{}\"", state.display()),
     );
     let mut daemon = start_daemon(&dir, &config, None);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(metrics), "gapless_nats_acked_total") < MESSAGES / 3 {
-        assert!(
-            Instant::now() < deadline,
-            "a third acknowledged within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_acks(metrics, MESSAGES / 3, Duration::from_secs(60));
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     let saved = std::fs::read_to_string(state.join("cursors")).unwrap();

@@ -4,29 +4,16 @@
 //! unit verified where `systemd-analyze` exists.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
 
+use crate::{free_port, temp_dir};
+
 const BIN: &str = env!("CARGO_BIN_EXE_gapless");
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gapless-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn config_text(group: SocketAddrV4, sim: &MoldSim, dir: &Path, metrics: u16) -> String {
     format!(
@@ -90,21 +77,7 @@ pub(crate) fn http_get(port: u16, path: &str) -> String {
 }
 
 fn sigterm(child: &mut Child) -> std::process::ExitStatus {
-    // SAFETY: signalling the child process this test started.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gapless did not stop within 20 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::sigterm_within(child, Duration::from_secs(20))
 }
 
 #[test]

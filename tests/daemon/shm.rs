@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use gapless::sim::{FaultConfig, MoldSim, MoldSimConfig};
 
+use crate::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gapless");
 
 /// A directory on tmpfs where there is one (a ring is a shared-memory file), else the
@@ -71,14 +73,6 @@ size_bytes = {size_bytes}
         snapshot = sim.snapshot_addr(),
         ring = ring.display(),
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The lines a reader process printed so far, and a signal for each batch.
@@ -228,19 +222,8 @@ fn assert_exact(lines: &[String], first: u64, last: u64, who: &str) -> u64 {
 }
 
 fn sigterm(child: &mut Child) {
-    // SAFETY: signalling the child process this test started.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status:?}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "no stop within 20 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = crate::sigterm_within(child, Duration::from_secs(20));
+    assert!(status.success(), "exit status {status:?}");
 }
 
 const MESSAGES: u64 = 1_000_000;
