@@ -72,6 +72,7 @@ const CHANNEL: &[(&str, Ty)] = &[
 const RECOVERY: &[(&str, Ty)] = &[
     ("reorder_window", Int),
     ("max_buffered", Int),
+    ("held_datagrams", Int),
     ("reorder_delay_us", Int),
     ("request_timeout_ms", Int),
     ("max_request_count", Int),

@@ -84,6 +84,7 @@
 //! | --- | --- | --- |
 //! | `reorder_window` | power of two, 2..=2^24 | 65536 |
 //! | `max_buffered` | 1..=`reorder_window` | `reorder_window` |
+//! | `held_datagrams` | 8..=262144 datagrams per channel kept while they wait for a gap before them (2 KiB each, reserved at start); beyond them a datagram is dropped and re-requested | 4096 |
 //! | `reorder_delay_us` | 0..=1000000 | 1000 |
 //! | `request_timeout_ms` | 1..=60000 | 50 |
 //! | `max_request_count` | 1..=65534 | 1000 |

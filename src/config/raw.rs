@@ -162,6 +162,7 @@ pub(super) struct RawSnapshot {
 pub(super) struct RawRecovery {
     pub reorder_window: Field<i64>,
     pub max_buffered: Field<i64>,
+    pub held_datagrams: Field<i64>,
     pub reorder_delay_us: Field<i64>,
     pub request_timeout_ms: Field<i64>,
     pub max_request_count: Field<i64>,
@@ -181,6 +182,7 @@ impl RawRecovery {
     /// The keys that steer re-requests, which Binance venues do not make, with their spans.
     pub fn rerequest_keys(&self) -> Vec<(&'static str, Range<usize>)> {
         let keys = [
+            ("held_datagrams", span(&self.held_datagrams)),
             ("reorder_delay_us", span(&self.reorder_delay_us)),
             ("request_timeout_ms", span(&self.request_timeout_ms)),
             ("max_request_count", span(&self.max_request_count)),

@@ -350,6 +350,9 @@ impl Buffering {
 pub struct Recovery {
     /// Reorder ring and buffer limits.
     pub buffering: Buffering,
+    /// Datagrams each channel keeps while they cannot be delivered yet (each up to 2 KiB,
+    /// allocated at start): what arrives beyond them is dropped and re-requested.
+    pub held_datagrams: usize,
     /// Wait this long after a gap before the first re-request; reordering often fills it.
     pub reorder_delay: Duration,
     /// No answer within this is retried.
@@ -389,6 +392,7 @@ impl Default for Recovery {
                 reorder_window: PowerOfTwo::pow2(16),
                 max_buffered: 65536,
             },
+            held_datagrams: 4096,
             reorder_delay: Duration::from_micros(1000),
             request_timeout: Duration::from_millis(50),
             max_request_count: 1000,

@@ -205,6 +205,12 @@ fn micros(
 fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<Recovery> {
     let d = Recovery::default();
     let buffering = buffering(raw, path, report);
+    let held_datagrams = report.int_or(
+        &raw.held_datagrams,
+        &path.key("held_datagrams"),
+        8..=262_144,
+        d.held_datagrams,
+    );
     let reorder_delay = micros(
         &raw.reorder_delay_us,
         &path.key("reorder_delay_us"),
@@ -306,6 +312,7 @@ fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<R
         gap_policy: gap_policy?,
         gap_deadline: gap_deadline?,
         buffering: buffering?,
+        held_datagrams: held_datagrams?,
         reorder_delay: reorder_delay?,
         request_timeout: request_timeout?,
         max_request_count: max_request_count?,

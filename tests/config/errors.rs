@@ -744,3 +744,25 @@ fn nats_sink_mistakes_are_each_named() {
 fn errors_of_missing_url() -> String {
     errors(&with_nats("stream = \"FEED\"\n")).to_string()
 }
+
+#[test]
+fn held_datagrams_is_read_and_bounded() {
+    let text = edit(&[(
+        "  reorder_window = 1024\n",
+        "  reorder_window = 1024\n  held_datagrams = 65536\n",
+    )]);
+    let config = Config::parse(&text, FILE).expect("valid");
+    let spec = gapless::venue::udp::spec_from_config(&config.venues[0], 0).expect("a udp venue");
+    assert_eq!(spec.arena_datagrams, 65536);
+    let text = edit(&[(
+        "  reorder_window = 1024\n",
+        "  reorder_window = 1024\n  held_datagrams = 4\n",
+    )]);
+    single(
+        &text,
+        ErrorKind::OutOfRange,
+        "20:20",
+        "venue[0].recovery.held_datagrams",
+        "8",
+    );
+}

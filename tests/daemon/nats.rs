@@ -393,19 +393,52 @@ fn publishing_resumes_after_the_server_is_away_for_five_seconds() {
 
 #[test]
 fn a_daemon_killed_mid_session_resumes_from_its_cursor_with_nothing_missing() {
-    let Some(binary) = nats_server_binary() else {
-        return;
-    };
-    const MESSAGES: u64 = 200_000;
-    let dir = temp_dir("nats-restart");
-    let server = NatsServer::start(binary, &dir);
     let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 23), 46423);
+    if let Some(server) =
+        killed_and_restarted("nats-restart", group, 200_000, 10_000.0, Duration::ZERO, "")
+    {
+        python_reader_reads(&server.url(), 200_000);
+    }
+}
+
+/// The same at 25,000 messages/s with the daemon down for three seconds: a hole of some
+/// 75,000 messages (plus the restart's own time), filled by re-requests while live
+/// datagrams keep coming, which are held meanwhile.
+#[test]
+fn a_daemon_down_for_seconds_on_a_fast_feed_catches_up_from_its_cursor() {
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 24), 46424);
+    killed_and_restarted(
+        "nats-restart-fast",
+        group,
+        300_000,
+        25_000.0,
+        Duration::from_secs(3),
+        "held_datagrams = 65536",
+    );
+}
+
+/// Runs `messages` at `rate` with a live start; SIGKILLs the daemon at a third and starts
+/// it again `down` later with the same configuration (plus `recovery_extra` in its
+/// `[venue.recovery]`); asserts the stream is exact. Returns the server's
+/// server, still running (`None` without a nats-server).
+fn killed_and_restarted(
+    name: &str,
+    group: SocketAddrV4,
+    messages: u64,
+    rate: f64,
+    down: Duration,
+    recovery_extra: &str,
+) -> Option<NatsServer> {
+    let binary = nats_server_binary()?;
+    let dir = temp_dir(name);
+    let server = NatsServer::start(binary, &dir);
     let mut cfg = MoldSimConfig::new(group);
-    cfg.count = MESSAGES;
-    cfg.rate = Some(10_000.0);
+    cfg.count = messages;
+    cfg.rate = Some(rate);
     // A live start takes the first datagram it sees: the daemon is ready well before.
     cfg.start_delay = Duration::from_secs(3);
     cfg.heartbeat_interval = Some(Duration::from_millis(100));
+    cfg.history = 1 << 20;
     cfg.faults = FaultConfig {
         seed: 23,
         loss: 0.005,
@@ -423,26 +456,32 @@ fn a_daemon_killed_mid_session_resumes_from_its_cursor_with_nothing_missing() {
         metrics,
         "live",
         &format!("state_directory = \"{}\"", state.display()),
+    )
+    .replace(
+        "reorder_delay_us = 2000",
+        &format!("reorder_delay_us = 2000\n  {recovery_extra}"),
     );
     let mut daemon = start_daemon(&dir, &config, None);
-    wait_for_acks(metrics, MESSAGES / 3, Duration::from_secs(60));
+    wait_for_acks(metrics, messages / 3, Duration::from_secs(60));
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     let saved = std::fs::read_to_string(state.join("cursors")).unwrap();
     assert!(saved.contains("sim\ta\t"), "a cursor for sim/a: {saved:?}");
 
-    // Down for a moment while the feed goes on; then the same configuration again.
+    // Down while the feed goes on (the outage itself, not a wait for an event); then the
+    // same configuration again.
+    std::thread::sleep(down);
     let mut daemon = start_daemon(&dir, &config, None);
     sim.wait(Duration::from_secs(120)).unwrap();
-    let stored = read_back(&server.url(), MESSAGES, Duration::from_secs(120));
+    let stored = read_back(&server.url(), messages, Duration::from_secs(120));
     let text = scrape(metrics);
     sigterm(&mut daemon);
-    assert_exact(&stored, MESSAGES);
+    assert_exact(&stored, messages);
     assert!(
         metric(&text, "gapless_nats_acked_total") > 0,
         "the restarted daemon published"
     );
-    python_reader_reads(&server.url(), MESSAGES);
+    Some(server)
 }
 
 /// The README's Python consumer (nats-py) reads the same stream: 1..=last, in order.

@@ -241,6 +241,7 @@ fn channel_spec<S>(c: &Channel<S>, session: Option<SessionKey>) -> ChannelSpec {
 fn apply_recovery(spec: &mut FeedSpec, r: &Recovery) {
     spec.window = r.buffering.reorder_window().get();
     spec.max_buffered = r.buffering.max_buffered();
+    spec.arena_datagrams = r.held_datagrams;
     spec.reset_threshold = r.reset_threshold.unwrap_or(0);
     spec.max_replay = r.max_replay;
     spec.session_confirm = r.session_confirm;
