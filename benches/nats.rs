@@ -173,8 +173,19 @@ fn through_the_sink(url: &str, round: usize, messages: u64) -> f64 {
             "the queue holds a round"
         );
     };
-    let start = Instant::now();
     let sink = nats_sink::start(&settings, consumer, &names, 1).unwrap();
+    let counters = std::sync::Arc::clone(sink.counters());
+    // Timed from an established connection, as the bare client is: connecting and checking
+    // the stream are not publishing.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counters.connected() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the sink did not connect in 20 s"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let start = Instant::now();
     push(
         &mut producer,
         &Event::Epoch {
@@ -194,7 +205,6 @@ fn through_the_sink(url: &str, round: usize, messages: u64) -> f64 {
             },
         );
     }
-    let counters = std::sync::Arc::clone(sink.counters());
     let deadline = Instant::now() + Duration::from_secs(120);
     while counters.acked() < messages + 1 {
         assert!(

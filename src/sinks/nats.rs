@@ -55,7 +55,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, context::Publish, stream};
-use async_nats::{HeaderMap, HeaderValue};
+use async_nats::{HeaderMap, HeaderName, HeaderValue, Subject};
 use bytes::Bytes;
 
 use crate::config::NatsSink as Settings;
@@ -240,13 +240,14 @@ fn token(text: &str) -> String {
 /// The fixed part of one consumer stream's ids and subject.
 #[derive(Debug, Clone)]
 struct StreamInfo {
-    subject: String,
+    /// Cloned into each publish: a reference count, not a copy.
+    subject: Subject,
     /// `<venue>.<stream>`.
     id_prefix: String,
     /// The epoch label as a token, `-` before one is known.
     epoch: String,
-    /// The epoch label as a header value.
-    epoch_header: String,
+    /// The epoch label as a header value, shared by every publish of the epoch.
+    epoch_header: Arc<str>,
     state: StreamState,
 }
 
@@ -262,12 +263,59 @@ enum Progress {
     Advance(u16, u64),
 }
 
-/// One publish until it is acknowledged.
+/// What a publish's headers carry besides its kind, kept as numbers until it is sent.
+#[derive(Debug, Clone, Copy)]
+enum Fields {
+    Message { seq: u64, recv_ns: u64 },
+    Snapshot { seq: u64, recv_ns: u64 },
+    Range { first: u64, last: u64, recv_ns: u64 },
+    Gap { from: u64, to: u64 },
+    State,
+    Epoch,
+    SnapshotBegin,
+    SnapshotEnd { next: u64 },
+    Overrun { from: u64, to: u64, events: u64 },
+}
+
+impl Fields {
+    fn kind(self) -> &'static str {
+        match self {
+            Fields::Message { .. } | Fields::Snapshot { .. } => "message",
+            Fields::Range { .. } => "range",
+            Fields::Gap { .. } => "gap",
+            Fields::State => "state",
+            Fields::Epoch => "epoch",
+            Fields::SnapshotBegin => "snapshot-begin",
+            Fields::SnapshotEnd { .. } => "snapshot-end",
+            Fields::Overrun { .. } => "overrun",
+        }
+    }
+}
+
+const KIND: HeaderName = HeaderName::from_static("Gapless-Kind");
+const SEQ: HeaderName = HeaderName::from_static("Gapless-Seq");
+const FIRST: HeaderName = HeaderName::from_static("Gapless-First");
+const LAST: HeaderName = HeaderName::from_static("Gapless-Last");
+const RECV_NS: HeaderName = HeaderName::from_static("Gapless-Recv-Ns");
+const SNAPSHOT: HeaderName = HeaderName::from_static("Gapless-Snapshot");
+const FROM: HeaderName = HeaderName::from_static("Gapless-From");
+const TO: HeaderName = HeaderName::from_static("Gapless-To");
+const NEXT: HeaderName = HeaderName::from_static("Gapless-Next");
+const EVENTS: HeaderName = HeaderName::from_static("Gapless-Events");
+const EPOCH: HeaderName = HeaderName::from_static("Gapless-Epoch");
+const STATE: HeaderName = HeaderName::from_static("Gapless-State");
+const INSTANCE: HeaderName = HeaderName::from_static("Gapless-Instance");
+
+/// One publish until it is acknowledged. Its headers are built when it is sent (again),
+/// from these fields: nothing but numbers and shared strings is kept while it waits.
 struct Pending {
     progress: Progress,
-    subject: String,
+    subject: Subject,
     id: String,
-    headers: HeaderMap,
+    fields: Fields,
+    /// The stream's epoch label and state when the event was taken off the queue.
+    epoch: Arc<str>,
+    state: StreamState,
     payload: Bytes,
     /// The acknowledgement awaited; `None` when it must be sent (again).
     ack: Option<AckFuture>,
@@ -339,10 +387,10 @@ impl Publisher {
                 let (venue, stream) = names.get(u16::try_from(id).unwrap_or(u16::MAX));
                 let (venue, stream) = (token(venue), token(stream));
                 StreamInfo {
-                    subject: format!("{prefix}.{venue}.{stream}"),
+                    subject: Subject::from(format!("{prefix}.{venue}.{stream}")),
                     id_prefix: format!("{venue}.{stream}"),
                     epoch: "-".to_string(),
-                    epoch_header: "-".to_string(),
+                    epoch_header: Arc::from("-"),
                     state: StreamState::Unseen,
                 }
             })
@@ -721,7 +769,7 @@ impl Publisher {
     async fn send(&mut self, session: &Session, p: &mut Pending) -> bool {
         let publish = Publish::build()
             .payload(p.payload.clone())
-            .headers(p.headers.clone())
+            .headers(self.headers(p))
             .message_id(&p.id);
         p.sent = Instant::now();
         match session
@@ -743,6 +791,47 @@ impl Publisher {
                 false
             }
         }
+    }
+
+    /// The headers of `p`; see the module's documentation for what each says.
+    fn headers(&self, p: &Pending) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        match p.fields {
+            Fields::Message { seq, recv_ns } => {
+                h.insert(SEQ, HeaderValue::from(seq));
+                h.insert(RECV_NS, HeaderValue::from(recv_ns));
+            }
+            Fields::Snapshot { seq, recv_ns } => {
+                h.insert(SEQ, HeaderValue::from(seq));
+                h.insert(RECV_NS, HeaderValue::from(recv_ns));
+                h.insert(SNAPSHOT, "1");
+            }
+            Fields::Range {
+                first,
+                last,
+                recv_ns,
+            } => {
+                h.insert(FIRST, HeaderValue::from(first));
+                h.insert(LAST, HeaderValue::from(last));
+                h.insert(RECV_NS, HeaderValue::from(recv_ns));
+            }
+            Fields::Gap { from, to } => {
+                h.insert(FROM, HeaderValue::from(from));
+                h.insert(TO, HeaderValue::from(to));
+            }
+            Fields::SnapshotEnd { next } => h.insert(NEXT, HeaderValue::from(next)),
+            Fields::Overrun { from, to, events } => {
+                h.insert(FROM, HeaderValue::from(from));
+                h.insert(TO, HeaderValue::from(to));
+                h.insert(EVENTS, HeaderValue::from(events));
+            }
+            Fields::State | Fields::Epoch | Fields::SnapshotBegin => {}
+        }
+        h.insert(KIND, p.fields.kind());
+        h.insert(EPOCH, &*p.epoch);
+        h.insert(STATE, p.state.as_str());
+        h.insert(INSTANCE, self.settings.instance.as_str());
+        h
     }
 
     /// Takes acknowledgements off the front, in order; `None` when one failed or is overdue.
@@ -780,7 +869,7 @@ impl Publisher {
         let (subject, waiting) = (
             self.pending
                 .front()
-                .map(|p| p.subject.clone())
+                .map(|p| p.subject.to_string())
                 .unwrap_or_default(),
             self.pending.len(),
         );
@@ -842,14 +931,13 @@ impl Publisher {
         self.input.pop(|event| {
             let stream = usize::from(event.stream());
             let info = streams.get_mut(stream)?;
-            let mut headers = HeaderMap::new();
             let mut own_id = |kind: &str| {
                 *serial += 1;
                 format!("{}.{kind}.{instance}.{started}.{serial}", info.id_prefix)
             };
             let stream_id = event.stream();
             let mut progress = Progress::None;
-            let (kind, id, payload) = match event {
+            let (fields, id, payload) = match event {
                 Event::Message {
                     seq,
                     recv_ns,
@@ -857,16 +945,16 @@ impl Publisher {
                     payload,
                     ..
                 } => {
-                    headers.insert("Gapless-Seq", seq.to_string().as_str());
-                    headers.insert("Gapless-Recv-Ns", recv_ns.to_string().as_str());
-                    let id = if snapshot {
-                        headers.insert("Gapless-Snapshot", "1");
-                        own_id("snapshot")
+                    let (fields, id) = if snapshot {
+                        (Fields::Snapshot { seq, recv_ns }, own_id("snapshot"))
                     } else {
                         progress = Progress::Advance(stream_id, seq.saturating_add(1));
-                        format!("{}.{}.{seq}", info.id_prefix, info.epoch)
+                        (
+                            Fields::Message { seq, recv_ns },
+                            format!("{}.{}.{seq}", info.id_prefix, info.epoch),
+                        )
                     };
-                    ("message", id, Bytes::copy_from_slice(payload))
+                    (fields, id, Bytes::copy_from_slice(payload))
                 }
                 Event::Range {
                     first,
@@ -875,23 +963,23 @@ impl Publisher {
                     payload,
                     ..
                 } => {
-                    headers.insert("Gapless-First", first.to_string().as_str());
-                    headers.insert("Gapless-Last", last.to_string().as_str());
-                    headers.insert("Gapless-Recv-Ns", recv_ns.to_string().as_str());
                     progress = Progress::Advance(stream_id, last.saturating_add(1));
                     let id = format!("{}.{}.{first}-{last}", info.id_prefix, info.epoch);
-                    ("range", id, Bytes::copy_from_slice(payload))
+                    let fields = Fields::Range {
+                        first,
+                        last,
+                        recv_ns,
+                    };
+                    (fields, id, Bytes::copy_from_slice(payload))
                 }
                 Event::Gap { from, to, .. } => {
-                    headers.insert("Gapless-From", from.to_string().as_str());
-                    headers.insert("Gapless-To", to.to_string().as_str());
                     progress = Progress::Advance(stream_id, to.saturating_add(1));
                     let id = format!("{}.{}.gap.{from}-{to}", info.id_prefix, info.epoch);
-                    ("gap", id, Bytes::new())
+                    (Fields::Gap { from, to }, id, Bytes::new())
                 }
                 Event::State { state, .. } => {
                     info.state = state;
-                    ("state", own_id("state"), Bytes::new())
+                    (Fields::State, own_id("state"), Bytes::new())
                 }
                 Event::Epoch { label, .. } => {
                     let text = String::from_utf8_lossy(label);
@@ -905,39 +993,44 @@ impl Publisher {
                                 '?'
                             }
                         })
-                        .collect();
+                        .collect::<String>()
+                        .into();
                     progress = Progress::Epoch(stream_id, text.to_string());
                     let id = format!("{}.epoch.{}", info.id_prefix, info.epoch);
-                    ("epoch", id, Bytes::new())
+                    (Fields::Epoch, id, Bytes::new())
                 }
-                Event::SnapshotBegin { .. } => {
-                    ("snapshot-begin", own_id("snapshot-begin"), Bytes::new())
-                }
+                Event::SnapshotBegin { .. } => (
+                    Fields::SnapshotBegin,
+                    own_id("snapshot-begin"),
+                    Bytes::new(),
+                ),
                 Event::SnapshotEnd { next, .. } => {
-                    headers.insert("Gapless-Next", next.to_string().as_str());
                     progress = Progress::Advance(stream_id, next);
-                    ("snapshot-end", own_id("snapshot-end"), Bytes::new())
+                    (
+                        Fields::SnapshotEnd { next },
+                        own_id("snapshot-end"),
+                        Bytes::new(),
+                    )
                 }
                 Event::Overrun {
                     from, to, events, ..
                 } => {
                     counters.overruns.fetch_add(1, Ordering::Relaxed);
-                    headers.insert("Gapless-From", from.to_string().as_str());
-                    headers.insert("Gapless-To", to.to_string().as_str());
-                    headers.insert("Gapless-Events", events.to_string().as_str());
-                    ("overrun", own_id("overrun"), Bytes::new())
+                    (
+                        Fields::Overrun { from, to, events },
+                        own_id("overrun"),
+                        Bytes::new(),
+                    )
                 }
                 Event::Heartbeat { .. } => return None,
             };
-            headers.insert("Gapless-Kind", kind);
-            headers.insert("Gapless-Epoch", info.epoch_header.as_str());
-            headers.insert("Gapless-State", info.state.as_str());
-            headers.insert("Gapless-Instance", HeaderValue::from(instance.as_str()));
             Some(Pending {
                 progress,
                 subject: info.subject.clone(),
                 id,
-                headers,
+                fields,
+                epoch: Arc::clone(&info.epoch_header),
+                state: info.state,
                 payload,
                 ack: None,
                 sent: Instant::now(),
