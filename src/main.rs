@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
-use gapless::client::unix::tail;
+use gapless::client::unix::tail_from;
 use gapless::config::Config;
 use gapless::daemon::{demo, service};
 use gapless::drive::replay::pcap::ReplayError;
@@ -64,9 +64,12 @@ enum Command {
         /// Read the shared-memory ring at this path instead (from its oldest record).
         #[arg(long, value_name = "PATH")]
         shm: Option<PathBuf>,
-        /// With --shm: resume a stream (id, name or venue/stream) at an epoch and sequence;
-        /// what the ring no longer holds is reported as an overrun. Repeatable.
-        #[arg(long, value_name = "STREAM=EPOCH:SEQ", requires = "shm")]
+        /// Resume a stream (id, name or venue/stream) at an epoch and sequence: with --shm the
+        /// ring's epoch number, on a socket the epoch's label (empty for a stream without
+        /// one); what is no longer held is reported as an overrun. Repeatable. On a socket,
+        /// lines then carry the stream's "epoch" label, and the cursors to carry on from are
+        /// printed to stderr at the end.
+        #[arg(long, value_name = "STREAM=EPOCH:SEQ")]
         from: Vec<String>,
         /// With --shm: exit once the producer stopped and no new ring came for this long.
         #[arg(long, value_name = "MS", requires = "shm")]
@@ -284,11 +287,33 @@ fn main() -> ExitCode {
         Command::Tail {
             socket: Some(socket),
             limit,
+            from,
             ..
         } => {
+            let cursors = if from.is_empty() {
+                None
+            } else {
+                match unix_cursors(&socket, &from) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", socket.display());
+                        return ExitCode::from(2);
+                    }
+                }
+            };
             let stdout = io::stdout();
-            match tail(&socket, stdout.lock(), limit) {
-                Ok(_) => ExitCode::SUCCESS,
+            match tail_from(&socket, stdout.lock(), limit, cursors.as_deref()) {
+                Ok(summary) => {
+                    if cursors.is_some() {
+                        let carry_on: Vec<String> = summary
+                            .cursors
+                            .iter()
+                            .map(|c| format!("--from {}={}:{}", c.stream, c.label, c.next))
+                            .collect();
+                        eprintln!("gapless tail: to carry on: {}", carry_on.join(" "));
+                    }
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("error: {}: {e}", socket.display());
                     ExitCode::FAILURE
@@ -420,6 +445,29 @@ fn main() -> ExitCode {
 /// The groups of `--lines`: the redundant lines of one channel.
 #[derive(Debug, Clone)]
 struct LineGroup(Vec<SocketAddrV4>);
+
+/// The cursors of `--from` for the socket at `path`; a stream named rather than numbered is
+/// looked up in the socket's hello, from a connection of its own.
+fn unix_cursors(
+    path: &std::path::Path,
+    from: &[String],
+) -> Result<Vec<gapless::publish::wire::ResumeCursor>, String> {
+    use gapless::publish::wire::ResumeCursor;
+    let numbered = |text: &str| {
+        text.split_once('=')
+            .is_some_and(|(stream, _)| stream.parse::<u16>().is_ok())
+    };
+    let names = if from.iter().all(|t| numbered(t)) {
+        Vec::new()
+    } else {
+        gapless::client::unix::connect(path, None)
+            .map_err(|e| e.to_string())?
+            .1
+    };
+    from.iter()
+        .map(|text| ResumeCursor::parse(text, &names))
+        .collect()
+}
 
 fn parse_lines(text: &str) -> Result<LineGroup, String> {
     let groups = text

@@ -126,23 +126,24 @@ struct Position {
 
 /// What to do with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+pub(crate) enum Verdict {
     Deliver,
     Skip,
     /// Report this loss first, then judge the record again.
     Lost(Event<'static>),
 }
 
-/// Cursors of every stream, judging records against them.
+/// Cursors of every stream, judging records against them (the unix sink judges its replay
+/// history with the same rule).
 #[derive(Debug, Clone, Default)]
-struct Cursors {
+pub(crate) struct Cursors {
     streams: Vec<Position>,
     /// Stands in for stream ids past the table (never: it grows to hold them).
     spare: Position,
 }
 
 impl Cursors {
-    fn new(start: &[Cursor]) -> Self {
+    pub(crate) fn new(start: &[Cursor]) -> Self {
         let mut c = Self::default();
         for cursor in start {
             c.position(cursor.stream).at = Some((cursor.epoch, cursor.next));
@@ -166,7 +167,21 @@ impl Cursors {
         self.streams.iter_mut().for_each(|p| p.index = None);
     }
 
-    fn cursor(&self, stream: u16) -> Option<Cursor> {
+    /// Sets the cursor of one stream, forgetting where it was.
+    pub(crate) fn set(&mut self, cursor: Cursor) {
+        let p = self.position(cursor.stream);
+        p.at = Some((cursor.epoch, cursor.next));
+        p.index = None;
+    }
+
+    /// True once `stream` has a position: a cursor it started with, or a record delivered.
+    pub(crate) fn is_positioned(&self, stream: u16) -> bool {
+        self.streams
+            .get(usize::from(stream))
+            .is_some_and(|p| p.at.is_some())
+    }
+
+    pub(crate) fn cursor(&self, stream: u16) -> Option<Cursor> {
         let p = self.streams.get(usize::from(stream))?;
         let (epoch, next) = p.at?;
         Some(Cursor {
@@ -176,7 +191,7 @@ impl Cursors {
         })
     }
 
-    fn judge(&mut self, h: &RecordHeader, event: &Event<'_>) -> Verdict {
+    pub(crate) fn judge(&mut self, h: &RecordHeader, event: &Event<'_>) -> Verdict {
         let stream = event.stream();
         let p = self.position(stream);
         let lost_records = |p: &Position| match p.index {
@@ -351,9 +366,7 @@ impl ShmReader {
 
     /// Sets the cursor of one stream (before reading it).
     pub fn set_cursor(&mut self, cursor: Cursor) {
-        let p = self.cursors.position(cursor.stream);
-        p.at = Some((cursor.epoch, cursor.next));
-        p.index = None;
+        self.cursors.set(cursor);
     }
 
     /// Skips what the ring holds now: only events published from here on are read.
@@ -547,24 +560,7 @@ pub fn parse_cursor(text: &str, streams: &[StreamName]) -> Result<Cursor, String
     let (epoch, next) = rest.split_once(':').ok_or_else(bad)?;
     let epoch = epoch.parse().map_err(|_| bad())?;
     let next = next.parse().map_err(|_| bad())?;
-    let id = match stream.parse::<u16>() {
-        Ok(id) => id,
-        Err(_) => {
-            let matches: Vec<usize> = streams
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| {
-                    n.stream == stream || format!("{}/{}", n.venue, n.stream) == stream
-                })
-                .map(|(i, _)| i)
-                .collect();
-            match matches.as_slice() {
-                [i] => u16::try_from(*i).map_err(|_| bad())?,
-                [] => return Err(format!("no stream {stream:?} in the ring")),
-                _ => return Err(format!("stream {stream:?} is ambiguous: use venue/stream")),
-            }
-        }
-    };
+    let id = crate::publish::wire::stream_id(stream, streams)?;
     Ok(Cursor {
         stream: id,
         epoch,

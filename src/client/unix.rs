@@ -9,7 +9,9 @@
 //! error.
 //!
 //! The reading side of the wire format lives here too: [`Record::decode`]
-//! and [`RecordReader`], for clients other than `tail`.
+//! and [`RecordReader`], for clients other than `tail`; [`connect`] sends a resume request
+//! and [`Progress`] keeps the cursors a client would resume from (see
+//! [`crate::publish::wire`] for what the server does with them).
 //!
 //! ```no_run
 //! use std::io;
@@ -32,8 +34,10 @@ use crate::publish::jsonl::JsonlFormatter;
 use thiserror::Error;
 
 use crate::publish::wire::{
-    CUT_OFF_TAG, HELLO_MAGIC, MAX_RECORD_LEN, StreamName, WIRE_VERSION, WireError,
+    CUT_OFF_TAG, HELLO_MAGIC, MAX_RECORD_LEN, ResumeCursor, StreamName, WIRE_VERSION, WireError,
+    encode_resume,
 };
+use crate::sinks::shm::next_after;
 
 /// Why [`tail`] stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,9 @@ pub struct TailSummary {
     pub lines: u64,
     /// Why it stopped.
     pub end: TailEnd,
+    /// Where each stream had got to: the cursors to resume from (`tail_from`'s own, for
+    /// streams nothing was received of).
+    pub cursors: Vec<ResumeCursor>,
 }
 
 /// Why [`tail`] failed.
@@ -92,26 +99,35 @@ pub enum TailError {
 /// `out` fails.
 pub fn tail(
     path: impl AsRef<Path>,
-    mut out: impl Write,
+    out: impl Write,
     limit: Option<u64>,
 ) -> Result<TailSummary, TailError> {
-    let path = path.as_ref();
-    let stream = UnixStream::connect(path).map_err(|source| TailError::Connect {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let mut reader = RecordReader::new(BufReader::with_capacity(64 * 1024, stream));
-    let streams = match reader.next_record()? {
-        Some(Record::Hello(streams)) => streams,
-        _ => return Err(WireError::NoHello.into()),
-    };
+    tail_from(path, out, limit, None)
+}
+
+/// [`tail`], resuming: with `Some(cursors)` it sends a resume request (an empty list
+/// resumes nothing, but makes the server tell each stream's epoch label), and each line
+/// gets the stream's `"epoch"` label, so that the last line of a stream is a cursor.
+///
+/// # Errors
+///
+/// As [`tail`].
+pub fn tail_from(
+    path: impl AsRef<Path>,
+    mut out: impl Write,
+    limit: Option<u64>,
+    resume: Option<&[ResumeCursor]>,
+) -> Result<TailSummary, TailError> {
+    let (mut reader, streams) = connect(path, resume)?;
     let names = StreamName::table(&streams);
+    let mut progress = Progress::new(resume.unwrap_or_default());
     let mut formatter = JsonlFormatter::new();
     let mut summary = TailSummary {
         streams,
         events: 0,
         lines: 0,
         end: TailEnd::Eof,
+        cursors: Vec::new(),
     };
     loop {
         if limit.is_some_and(|limit| summary.events >= limit) {
@@ -122,8 +138,22 @@ pub fn tail(
             None => break,
             Some(Record::Event(event)) => {
                 summary.events += 1;
+                progress.observe(&event);
                 if let Some(line) = formatter.format(&names, &event) {
-                    out.write_all(line.as_bytes()).map_err(TailError::Output)?;
+                    match (resume.is_some(), progress.label(event.stream())) {
+                        (true, Some(label)) => {
+                            let mut text = line
+                                .trim_end()
+                                .strip_suffix('}')
+                                .unwrap_or(line)
+                                .to_string();
+                            text.push_str(",\"epoch\":");
+                            crate::publish::jsonl::push_json_string(&mut text, label);
+                            writeln!(out, "{text}}}")
+                        }
+                        _ => out.write_all(line.as_bytes()),
+                    }
+                    .map_err(TailError::Output)?;
                     summary.lines += 1;
                 }
             }
@@ -136,7 +166,106 @@ pub fn tail(
         }
     }
     out.flush().map_err(TailError::Output)?;
+    summary.cursors = progress.cursors();
     Ok(summary)
+}
+
+/// Connects to the sink at `path`, sends a resume request when `resume` is `Some`, and
+/// reads the hello: a reader positioned at the first event, and the stream names.
+///
+/// # Errors
+///
+/// [`TailError::Connect`] when nothing listens at `path`; [`TailError::Wire`] when the
+/// request cannot be sent or the hello does not come.
+pub fn connect(
+    path: impl AsRef<Path>,
+    resume: Option<&[ResumeCursor]>,
+) -> Result<(RecordReader<BufReader<UnixStream>>, Vec<StreamName>), TailError> {
+    let path = path.as_ref();
+    let mut stream = UnixStream::connect(path).map_err(|source| TailError::Connect {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if let Some(cursors) = resume {
+        let mut request = Vec::new();
+        encode_resume(cursors, &mut request)?;
+        stream.write_all(&request).map_err(WireError::Io)?;
+    }
+    let mut reader = RecordReader::new(BufReader::with_capacity(64 * 1024, stream));
+    let streams = match reader.next_record()? {
+        Some(Record::Hello(streams)) => streams,
+        _ => return Err(WireError::NoHello.into()),
+    };
+    Ok((reader, streams))
+}
+
+/// The cursors a client would resume from, kept from the events it reads: per stream, the
+/// label of the last `epoch` event and the next sequence after the last sequenced event.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    streams: Vec<Option<(String, u64)>>,
+    /// Stands in for a stream id the table could not grow to (never).
+    spare: Option<(String, u64)>,
+}
+
+impl Progress {
+    /// Starting from `cursors` (those of a resume request).
+    pub fn new(cursors: &[ResumeCursor]) -> Self {
+        let mut p = Self::default();
+        for c in cursors {
+            *p.slot(c.stream) = Some((c.label.clone(), c.next));
+        }
+        p
+    }
+
+    fn slot(&mut self, stream: u16) -> &mut Option<(String, u64)> {
+        let i = usize::from(stream);
+        if self.streams.len() <= i {
+            self.streams.resize(i + 1, None);
+        }
+        match self.streams.get_mut(i) {
+            Some(slot) => slot,
+            None => &mut self.spare,
+        }
+    }
+
+    /// Takes one event into account.
+    pub fn observe(&mut self, event: &Event<'_>) {
+        let slot = self.slot(event.stream());
+        match event {
+            Event::Epoch { label, .. } => {
+                *slot = Some((String::from_utf8_lossy(label).into_owned(), 0));
+            }
+            _ => {
+                let (_, next) = slot.get_or_insert_with(|| (String::new(), 0));
+                *next = next_after(event, *next).max(*next);
+            }
+        }
+    }
+
+    /// The label of `stream`'s epoch, once known.
+    pub fn label(&self, stream: u16) -> Option<&str> {
+        self.streams
+            .get(usize::from(stream))?
+            .as_ref()
+            .map(|(label, _)| label.as_str())
+    }
+
+    /// The cursor of every stream known.
+    pub fn cursors(&self) -> Vec<ResumeCursor> {
+        self.streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let (label, next) = s.as_ref()?;
+                Some(ResumeCursor {
+                    stream: u16::try_from(i).ok()?,
+                    label: label.clone(),
+                    next: *next,
+                })
+            })
+            .collect()
+    }
 }
 
 /// One decoded record.

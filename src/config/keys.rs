@@ -120,6 +120,7 @@ const SINK: &[(&str, Ty)] = &[
     ("kind", Str),
     ("path", Str),
     ("client_queue", Int),
+    ("history_bytes", Int),
     ("rotate_bytes", Int),
     ("rotate_secs", Int),
     ("keep", Int),

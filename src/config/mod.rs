@@ -106,6 +106,7 @@
 //! | `kind` | all | `"jsonl"`, `"unix"`, `"pcap"`, `"shm"` | required |
 //! | `path` | all | non-empty path; at most 107 bytes for `unix` | required |
 //! | `client_queue` | unix | power of two, 2..=2^24 frames | 65536 |
+//! | `history_bytes` | unix | bytes of recent events kept, so a client that reconnects with a resume request carries on where it was (power of two, 2^16..=2^36, reserved at start) | 16777216 |
 //! | `mode` | unix | permission bits of the socket, 0..=0o777 (a client needs write permission) | 0o660 |
 //! | `group` | unix | group name or number the socket is given (the service's user must be in it) | the process's |
 //! | `rotate_bytes` | jsonl, pcap | 2^20..=2^40 | 1073741824 |

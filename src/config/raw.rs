@@ -209,6 +209,7 @@ pub(super) struct RawSink {
     pub kind: Field<String>,
     pub path: Field<String>,
     pub client_queue: Field<i64>,
+    pub history_bytes: Field<i64>,
     pub rotate_bytes: Field<i64>,
     pub rotate_secs: Field<i64>,
     pub keep: Field<i64>,

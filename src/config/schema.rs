@@ -430,6 +430,9 @@ pub enum Sink {
         path: PathBuf,
         /// Frames queued per client; a client this far behind is cut off.
         client_queue: PowerOfTwo,
+        /// Bytes of recent events kept for clients that connect or resume (a power of two,
+        /// 2^16..=2^36), allocated at start.
+        history_bytes: u64,
         /// Permission bits of the socket file; a client needs write permission to connect.
         mode: u32,
         /// The group the socket file is given, by name or number; `None`: the process's.

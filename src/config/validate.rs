@@ -28,6 +28,8 @@ const DEFAULT_CLIENT_QUEUE: PowerOfTwo = PowerOfTwo::pow2(16);
 /// pcap file size at which the next file starts when `rotate_bytes` is left out: 1 GiB.
 const DEFAULT_ROTATE_BYTES: u64 = 1 << 30;
 
+/// A unix sink's replay history when `history_bytes` is left out: 16 MiB.
+const DEFAULT_HISTORY_BYTES: PowerOfTwo = PowerOfTwo::pow2(24);
 /// A shared-memory ring's data bytes when `size_bytes` is left out: 64 MiB.
 const DEFAULT_RING_BYTES: PowerOfTwo = PowerOfTwo::pow2(26);
 
@@ -237,7 +239,14 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
     let this = format!("a {} sink", kind.keyword());
     let allowed: &[&str] = match kind {
         SinkKind::Jsonl => &["kind", "path", "rotate_bytes", "rotate_secs", "keep"],
-        SinkKind::Unix => &["kind", "path", "client_queue", "mode", "group"],
+        SinkKind::Unix => &[
+            "kind",
+            "path",
+            "client_queue",
+            "history_bytes",
+            "mode",
+            "group",
+        ],
         SinkKind::Pcap => &["kind", "path", "rotate_bytes"],
         SinkKind::Shm => &["kind", "path", "size_bytes"],
         SinkKind::Nats => &NATS_KEYS,
@@ -247,6 +256,7 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
     let present = [
         text(&raw.path, "path"),
         int(&raw.client_queue, "client_queue"),
+        int(&raw.history_bytes, "history_bytes"),
         int(&raw.mode, "mode"),
         text(&raw.group, "group"),
         int(&raw.rotate_bytes, "rotate_bytes"),
@@ -271,7 +281,7 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
         }
         let owner = match key {
             "path" => "jsonl, unix, pcap and shm sinks",
-            "client_queue" | "mode" | "group" => "unix sinks",
+            "client_queue" | "history_bytes" | "mode" | "group" => "unix sinks",
             "rotate_bytes" => "jsonl and pcap sinks",
             "rotate_secs" | "keep" => "jsonl sinks",
             "size_bytes" => "shm sinks",
@@ -310,6 +320,12 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
                 &path.key("client_queue"),
                 2..=MAX_QUEUE,
                 DEFAULT_CLIENT_QUEUE,
+            );
+            let history = report.power_of_two(
+                &raw.history_bytes,
+                &path.key("history_bytes"),
+                1 << 16..=1 << 36,
+                DEFAULT_HISTORY_BYTES,
             );
             let mode = report.int_or(&raw.mode, &path.key("mode"), 0..=0o777, DEFAULT_SOCKET_MODE);
             let group = match &raw.group {
@@ -354,6 +370,7 @@ fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Optio
             Some(Sink::Unix {
                 path: file,
                 client_queue: client_queue?,
+                history_bytes: history?.get() as u64,
                 mode: mode?,
                 group: group?,
             })

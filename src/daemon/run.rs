@@ -243,6 +243,7 @@ impl Daemon {
                 Sink::Unix {
                     path,
                     client_queue,
+                    history_bytes,
                     mode,
                     group,
                 } => {
@@ -260,10 +261,12 @@ impl Daemon {
                         .collect();
                     let bytes = client_queue.get().saturating_mul(64).max(1 << 16);
                     let mut handle =
-                        UnixSink::start(path, bytes, &table).map_err(|e| DaemonError::Sink {
-                            path: path.clone(),
-                            source: Box::new(e),
-                        })?;
+                        UnixSink::start_with_history(path, bytes, *history_bytes, &table).map_err(
+                            |e| DaemonError::Sink {
+                                path: path.clone(),
+                                source: Box::new(e),
+                            },
+                        )?;
                     set_access(path, *mode, group.as_deref()).map_err(|e| DaemonError::Sink {
                         path: path.clone(),
                         source: Box::new(e),

@@ -219,7 +219,7 @@ fn push_hex(line: &mut String, bytes: &[u8]) {
     }
 }
 
-fn push_json_string(line: &mut String, s: &str) {
+pub(crate) fn push_json_string(line: &mut String, s: &str) {
     line.push('"');
     for c in s.chars() {
         match c {

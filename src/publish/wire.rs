@@ -15,8 +15,31 @@
 //! | record | body (offset: field, type) | when |
 //! | --- | --- | --- |
 //! | hello | 0: magic `GPLS`, 4: version u16 = 1, 6: stream count u16, 8: for each stream id from 0: venue length u16, venue UTF-8, stream length u16, stream UTF-8 | first, exactly once |
-//! | event | an [`Event`] in the binary encoding of [`crate::publish::event`]: tag 1 to 8 | any number, in queue order |
+//! | event | an [`Event`] in the binary encoding of [`crate::publish::event`]: tag 1 to 9 | any number, in queue order |
 //! | cut-off | 0: tag `0xF0`, 1: reason length u16, 3: reason UTF-8 | last, when the server cut the client off |
+//!
+//! A client may send one record of its own, the **resume request**, as the first bytes it
+//! writes, within [`RESUME_WAIT`] of connecting:
+//!
+//! | offset | field | type |
+//! | --- | --- | --- |
+//! | 0 | body length | u32 little-endian |
+//! | 4 | magic `GPLR` | 4 bytes |
+//! | 8 | version = 1 | u16 |
+//! | 10 | cursor count (at most [`MAX_RESUME_CURSORS`]) | u16 |
+//! | 12 | for each cursor: stream id u16, epoch label length u8, the label (UTF-8, as the stream's last `epoch` event gave it; empty for a stream that had none), next sequence needed u64 | |
+//!
+//! A client that sends one is *resuming*: for each stream it names, the server replays what
+//! its history still holds from that cursor on (events without a sequence at the cursor's
+//! `next` included), and reports what the history no longer holds as an [`Event::Overrun`]
+//! of the stream with the lost range (`to` = `u64::MAX` when the loss runs into a later
+//! epoch); other streams start where the stream was when the client connected. Before the
+//! first event of each stream, and wherever the history moves a stream to another epoch
+//! without its `epoch` event, it gets an [`Event::Epoch`] with the label, so it always knows
+//! the label its next cursor names. A client that sends nothing gets every event from the
+//! moment it connected. Either way the history is read first, then the live stream, with
+//! nothing twice and nothing left out between them; a client lapped by the history while it
+//! is replayed gets [`Event::Overrun`] markers with the exact ranges.
 //!
 //! All integers are little-endian. A connection ends with a cut-off record
 //! and EOF when the client fell behind (an [`Event::Overrun`] for the lost
@@ -31,6 +54,151 @@ use thiserror::Error;
 
 use crate::publish::jsonl::StreamNames;
 use crate::publish::{DecodeError, Event};
+
+/// Magic bytes opening a client's resume request.
+pub const RESUME_MAGIC: [u8; 4] = *b"GPLR";
+/// Version of the resume request.
+pub const RESUME_VERSION: u16 = 1;
+/// Cursors one resume request carries at most.
+pub const MAX_RESUME_CURSORS: usize = 4096;
+/// How long after a connection the server waits for a resume request before it takes the
+/// client as one that sends none.
+pub const RESUME_WAIT: Duration = Duration::from_millis(50);
+
+/// Where a resuming client is in one stream: the epoch's label and the next sequence it
+/// needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResumeCursor {
+    /// The stream id (from the hello).
+    pub stream: u16,
+    /// The label of the stream's epoch, as its `epoch` event gave it; empty when it had none.
+    pub label: String,
+    /// The next sequence needed.
+    pub next: u64,
+}
+
+impl ResumeCursor {
+    /// Parses `STREAM=LABEL:SEQ` (the label may be empty, and may hold `:`; the last one
+    /// ends it), where `STREAM` is as [`stream_id`] takes it.
+    ///
+    /// # Errors
+    ///
+    /// A message naming what is wrong.
+    pub fn parse(text: &str, names: &[StreamName]) -> Result<Self, String> {
+        let (stream, rest) = text
+            .split_once('=')
+            .ok_or_else(|| format!("{text:?}: expected STREAM=LABEL:SEQ"))?;
+        let (label, next) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{text:?}: expected STREAM=LABEL:SEQ"))?;
+        let next = next
+            .parse::<u64>()
+            .map_err(|_| format!("{text:?}: {next:?} is not a sequence number"))?;
+        let id = stream_id(stream, names)?;
+        if label.len() > usize::from(u8::MAX) {
+            return Err(format!("{text:?}: the label is longer than 255 bytes"));
+        }
+        Ok(Self {
+            stream: id,
+            label: label.to_string(),
+            next,
+        })
+    }
+}
+
+/// The id of the stream `text` names in `names`: a stream id, a stream name (when only one
+/// stream has it) or `venue/stream`.
+///
+/// # Errors
+///
+/// A message when no stream, or more than one, has the name.
+pub fn stream_id(text: &str, names: &[StreamName]) -> Result<u16, String> {
+    if let Ok(id) = text.parse::<u16>() {
+        return Ok(id);
+    }
+    let matches: Vec<usize> = names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.stream == text || format!("{}/{}", n.venue, n.stream) == text)
+        .map(|(i, _)| i)
+        .collect();
+    match matches.as_slice() {
+        [i] => u16::try_from(*i).map_err(|_| format!("stream {text:?}: id out of range")),
+        [] => Err(format!("no stream {text:?}")),
+        _ => Err(format!("stream {text:?} is ambiguous: use venue/stream")),
+    }
+}
+
+/// Appends a framed resume request for `cursors` to `out`.
+///
+/// # Errors
+///
+/// [`WireError::Malformed`] for more than [`MAX_RESUME_CURSORS`] cursors or a label longer
+/// than 255 bytes.
+pub fn encode_resume(cursors: &[ResumeCursor], out: &mut Vec<u8>) -> Result<(), WireError> {
+    if cursors.len() > MAX_RESUME_CURSORS {
+        return Err(WireError::Malformed("resume request"));
+    }
+    let mut body = Vec::with_capacity(8 + cursors.len() * 24);
+    body.extend_from_slice(&RESUME_MAGIC);
+    body.extend_from_slice(&RESUME_VERSION.to_le_bytes());
+    body.extend_from_slice(&(cursors.len() as u16).to_le_bytes());
+    for c in cursors {
+        let len =
+            u8::try_from(c.label.len()).map_err(|_| WireError::Malformed("resume request"))?;
+        body.extend_from_slice(&c.stream.to_le_bytes());
+        body.push(len);
+        body.extend_from_slice(c.label.as_bytes());
+        body.extend_from_slice(&c.next.to_le_bytes());
+    }
+    frame(&body, out)
+}
+
+/// Decodes a resume request's body (without its length prefix). Never panics.
+///
+/// # Errors
+///
+/// [`WireError::Malformed`] for anything but a whole version-1 request.
+pub fn decode_resume(body: &[u8]) -> Result<Vec<ResumeCursor>, WireError> {
+    let malformed = || WireError::Malformed("resume request");
+    let mut rest = body.strip_prefix(&RESUME_MAGIC).ok_or_else(malformed)?;
+    let mut take = |n: usize| -> Result<&[u8], WireError> {
+        let (head, tail) = rest.split_at_checked(n).ok_or_else(malformed)?;
+        rest = tail;
+        Ok(head)
+    };
+    let u16_at = |b: &[u8]| {
+        b.try_into()
+            .map(u16::from_le_bytes)
+            .map_err(|_| malformed())
+    };
+    if u16_at(take(2)?)? != RESUME_VERSION {
+        return Err(malformed());
+    }
+    let count = usize::from(u16_at(take(2)?)?);
+    if count > MAX_RESUME_CURSORS {
+        return Err(malformed());
+    }
+    let mut cursors = Vec::with_capacity(count);
+    for _ in 0..count {
+        let stream = u16_at(take(2)?)?;
+        let len = usize::from(*take(1)?.first().ok_or_else(malformed)?);
+        let label = std::str::from_utf8(take(len)?).map_err(|_| malformed())?;
+        let next = take(8)?
+            .try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| malformed())?;
+        cursors.push(ResumeCursor {
+            stream,
+            label: label.to_string(),
+            next,
+        });
+    }
+    if !rest.is_empty() {
+        return Err(malformed());
+    }
+    Ok(cursors)
+}
 
 /// Magic bytes opening the hello record.
 pub const HELLO_MAGIC: [u8; 4] = *b"GPLS";

@@ -15,6 +15,7 @@ mod nats;
 mod run;
 mod shm;
 mod top;
+mod unix;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};

@@ -56,7 +56,7 @@
 //! | 8 | epoch of the event's stream | u64 |
 //! | 16 | index: the record's number among its stream's records in this generation, from 0 | u64 |
 //! | 24 | next before: the stream's next expected sequence before this record | u64 |
-//! | 32 | the event in the encoding of [`crate::publish::event`] (tag 1 to 8), to the record's end | bytes |
+//! | 32 | the event in the encoding of [`crate::publish::event`] (tag 1 to 9), to the record's end | bytes |
 //!
 //! The *epoch* is `generation << 24 | restarts`, where `restarts` counts the stream's
 //! numbering restarts seen in this generation (a `state` event `unseen` after any sequenced

@@ -67,8 +67,7 @@ pub mod header {
 /// The ring's memory.
 #[derive(Debug, Clone)]
 pub(crate) enum Memory {
-    /// Heap memory, shared by threads (tests).
-    #[cfg(test)]
+    /// Heap memory, shared by threads: the unix sink's replay history, and tests.
     Heap(Arc<[AtomicU64]>),
     /// A mapped file.
     Map(Arc<MmapRaw>),
@@ -76,7 +75,6 @@ pub(crate) enum Memory {
 
 impl Memory {
     /// Zeroed heap memory of `bytes` (rounded up to whole words).
-    #[cfg(test)]
     pub(crate) fn heap(bytes: u64) -> Self {
         let words = usize::try_from(bytes.div_ceil(8)).unwrap_or(0);
         Self::Heap((0..words).map(|_| AtomicU64::new(0)).collect())
@@ -85,7 +83,6 @@ impl Memory {
     /// The memory as words.
     pub(crate) fn words(&self) -> &[AtomicU64] {
         match self {
-            #[cfg(test)]
             Self::Heap(words) => words,
             Self::Map(map) => {
                 let ptr = map.as_ptr();
@@ -340,6 +337,18 @@ impl RingWriter {
         self.stats
     }
 
+    /// The epoch the next record of `stream` is written in (a state `unseen` after a
+    /// sequenced event starts a new one).
+    pub(crate) fn epoch(&self, stream: u16) -> u64 {
+        let track = self.streams.get(usize::from(stream)).unwrap_or(&self.spare);
+        self.epoch_base | track.resets.min((1 << EPOCH_RESET_BITS) - 1)
+    }
+
+    /// The position just past the last record published.
+    pub(crate) const fn tail(&self) -> u64 {
+        self.tail
+    }
+
     /// Writes one event. Never blocks, allocates or makes a system call.
     pub(crate) fn write(&mut self, event: &Event<'_>) {
         let stream = event.stream();
@@ -498,6 +507,18 @@ impl RingReader {
             buf: Vec::new(),
             len: 0,
         }
+    }
+
+    /// Where the record [`RingReader::next`] returned last starts.
+    pub(crate) const fn last_position(&self) -> u64 {
+        self.last
+    }
+
+    /// Moves to `pos`, a position a record started at (or the tail) earlier; when the
+    /// writer has overwritten it since, the next read says so ([`Raw::Lapped`]).
+    pub(crate) fn seek(&mut self, pos: u64) {
+        self.pos = pos;
+        self.last = pos;
     }
 
     /// Moves to the newest end: only records published from now on are read.

@@ -19,6 +19,8 @@ const BATCH_BYTES: usize = 64 * 1024;
 pub(crate) struct ClientState {
     /// Set by the dispatcher, before it drops the producer, on overflow.
     pub(crate) cut: AtomicBool,
+    /// Set with `cut` when the client was cut off for taking nothing while it replayed.
+    pub(crate) stalled: AtomicBool,
     /// Set by the writer as its last act.
     pub(crate) closed: AtomicBool,
 }
@@ -71,11 +73,18 @@ impl ConnectionWriter {
     /// off or gone; then closes the connection and sets `closed`.
     pub(crate) fn run(mut self) {
         if let End::CutOff = self.pump() {
-            let reason = format!(
-                "client queue of {} bytes overflowed: the client read too slowly; \
-                 events after the last one received were lost",
-                self.queue.capacity()
-            );
+            let reason = if self.state.stalled.load(Ordering::Acquire) {
+                "the client read nothing while its replay waited: cut off; reconnect \
+                 with a resume request to carry on"
+                    .to_string()
+            } else {
+                format!(
+                    "client queue of {} bytes overflowed: the client read too slowly; \
+                     events after the last one received were lost (reconnect with a \
+                     resume request to carry on)",
+                    self.queue.capacity()
+                )
+            };
             encode_cut_off(&reason, &mut self.out);
             self.flush_until(Instant::now() + FINAL_FLUSH);
         }
