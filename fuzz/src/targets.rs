@@ -421,6 +421,13 @@ pub fn unix_client(data: &[u8]) {
         let len = e.encode_into(&mut out).expect("a decoded event encodes");
         assert_eq!(out.get(..len), Some(data), "re-encoding differs");
     }
+    // A client's resume request, as the sink reads it: a request that decodes encodes back
+    // to the same bytes.
+    if let Ok(cursors) = gapless::publish::wire::decode_resume(data) {
+        let mut out = Vec::new();
+        gapless::publish::wire::encode_resume(&cursors, &mut out).expect("a decoded request encodes");
+        assert_eq!(out.get(4..), Some(data), "re-encoding the request differs");
+    }
     let mut reader = RecordReader::new(Cursor::new(data));
     // Each record consumes at least its 4-byte prefix.
     for _ in 0..=data.len() / 4 {
