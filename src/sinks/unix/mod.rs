@@ -755,7 +755,8 @@ fn tell_current_epochs(replay: &mut Replay, history: &History, producer: &mut Pr
 enum Request {
     /// Nothing whole yet, and its wait is not over.
     Waiting,
-    /// Nothing within the wait (or it closed its writing side): a client from now on.
+    /// Nothing within the wait, or it closed its writing side having sent nothing: a
+    /// client from now on.
     None,
     /// A resume request.
     Resume(Vec<ResumeCursor>),
@@ -768,6 +769,7 @@ fn read_request(a: &mut Arriving) -> Request {
     let mut chunk = [0u8; 4096];
     loop {
         match a.stream.read(&mut chunk) {
+            Ok(0) if a.buf.is_empty() => return Request::None,
             Ok(0) => break,
             Ok(n) => {
                 a.buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
