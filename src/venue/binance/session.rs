@@ -579,6 +579,14 @@ impl BinanceSession {
         next
     }
 
+    /// When the connection of slot `link` reaches its maximum age, if it is connected: due
+    /// or not (the session's own timeout only names deadlines still ahead of the last
+    /// event, and a frame may have moved that past the age before a timer ran).
+    pub fn link_age_deadline(&self, link: usize) -> Option<u64> {
+        let l = self.links.get(link).filter(|l| l.connected)?;
+        Some(l.since.saturating_add(self.spec.ws_max_age_ns))
+    }
+
     /// Whether the connection (slot 0) should be replaced at `now`. See
     /// [`BinanceSession::poll_link_reconnect`].
     pub fn poll_reconnect(&self, now: u64) -> Option<ReconnectReason> {

@@ -404,17 +404,7 @@ impl BinanceVenue {
     /// session until every symbol has linked on it); at once on silence, since a silent
     /// connection carries nothing to overlap with.
     fn rotate(&mut self, k: usize, reason: ReconnectReason, now: Mono, emit: &mut impl Emit) {
-        // The successor carries the same symbols: a free slot of the same shard.
-        let per = self.per_shard.max(1);
-        let shard = k / per;
-        let free = self
-            .lines
-            .iter()
-            .enumerate()
-            .skip(shard * per)
-            .take(per)
-            .find(|(_, l)| l.link == Link::Down && !l.permanent)
-            .map(|(j, _)| j);
+        let free = self.free_slot(k);
         if free.is_none() && reason != ReconnectReason::Silence {
             // Every spare slot is taken by a rotation under way: this one starts once that
             // one ends (by its own deadline at the latest).
@@ -451,6 +441,20 @@ impl BinanceVenue {
                 self.close(k, now, emit);
             }
         }
+    }
+
+    /// A slot the successor of slot `k`'s connection can open in: a free slot of the same
+    /// shard, since it carries the same symbols.
+    fn free_slot(&self, k: usize) -> Option<usize> {
+        let per = self.per_shard.max(1);
+        let shard = k / per;
+        self.lines
+            .iter()
+            .enumerate()
+            .skip(shard * per)
+            .take(per)
+            .find(|(_, l)| l.link == Link::Down && !l.permanent)
+            .map(|(j, _)| j)
     }
 
     /// Closes each connection being replaced whose successor every live symbol has linked
@@ -647,7 +651,21 @@ impl Venue for BinanceVenue {
             Link::Down => None,
             _ => l.retiring.map(|(_, t)| t),
         });
-        lines.chain(session).chain(self.rotation_check).min()
+        // A connection's age, even when already past: it is replaced at the next timeout
+        // (when a slot is free for its successor; otherwise the rotation under way ends
+        // first, by its own deadline above).
+        let ages = (0..self.lines.len()).filter_map(|k| {
+            let l = self.lines.get(k)?;
+            if l.link != Link::Open || l.retiring.is_some() || self.free_slot(k).is_none() {
+                return None;
+            }
+            self.session.link_age_deadline(k).map(Mono::from_nanos)
+        });
+        lines
+            .chain(session)
+            .chain(ages)
+            .chain(self.rotation_check)
+            .min()
     }
 
     fn poll_io(&mut self) -> Option<IoRequest> {

@@ -559,3 +559,39 @@ fn symbols_beyond_one_connection_are_split_and_each_connection_is_its_own() {
     assert!(rotated.contains(&v.urls()[0]), "{rotated:?}");
     assert!(rotated.iter().all(|u| v.urls().contains(u)));
 }
+
+/// A loaded loop can take a frame that arrives after a connection's age ran out before it
+/// runs the timer: the rotation is still due, and the venue still asks for a timeout.
+#[test]
+fn an_age_passed_while_frames_kept_coming_still_rotates() {
+    let mut v = venue(|spec| {
+        spec.ws_max_age_ns = 10 * S;
+        spec.silence_timeout_ns = 100 * S;
+    });
+    let (mut sink, mut asked) = (Sink::default(), Asked::default());
+    tick(&mut v, 0, &mut sink, &mut asked);
+    let old = asked.opens[0];
+    v.handle_connection(Mono::ZERO, old, ConnEvent::Opened, &mut sink);
+    sync(&mut v, old, &mut sink, &mut asked);
+    // The frame comes in 1 ms past the age, before any timer ran.
+    let late = 10 * S + 1_000_000;
+    frame(
+        &mut v,
+        late,
+        old,
+        &depth_frame("btcusdt", 102, 103, None),
+        &mut sink,
+    );
+    let due = v.poll_timeout().expect("a timeout is asked for");
+    assert!(
+        due.as_nanos() <= late + 2_000_000,
+        "the due rotation is not put off to the silence timeout: {due:?}"
+    );
+    tick(&mut v, due.as_nanos().max(late), &mut sink, &mut asked);
+    assert_eq!(
+        asked.opens.len(),
+        2,
+        "the successor is asked for: {asked:?}"
+    );
+    assert_eq!(v.transport_stats().overlapped_rotations, 1);
+}
