@@ -271,6 +271,7 @@ impl Daemon {
                         path: path.clone(),
                         source: Box::new(e),
                     })?;
+                    registry.add_socket(&path.display().to_string(), handle.counters());
                     if let Some(p) = handle.take_producer() {
                         registry.add_consumer(
                             &format!("unix:{}", path.display()),

@@ -52,6 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::publish::{QueueStats, StreamState};
+use crate::sinks::UnixCounters;
 use crate::sinks::nats::NatsCounters;
 use crate::sinks::shm::ShmCounters;
 use exposition::{Family, Kind, Value};
@@ -86,6 +87,7 @@ pub struct Registry {
     venues: Mutex<Vec<(String, Arc<VenueMetrics>)>>,
     consumers: Mutex<Vec<ConsumerEntry>>,
     rings: Mutex<Vec<(String, Arc<ShmCounters>)>>,
+    sockets: Mutex<Vec<(String, Arc<UnixCounters>)>>,
     nats: Mutex<Vec<(String, Arc<NatsCounters>)>>,
     lines: Mutex<Vec<line::LineEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
@@ -121,6 +123,7 @@ impl Registry {
             venues: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
+            sockets: Mutex::new(Vec::new()),
             nats: Mutex::new(Vec::new()),
             lines: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
@@ -182,6 +185,11 @@ impl Registry {
     /// Registers a shared-memory ring, by path, for its records, bytes and refusals.
     pub fn add_ring(&self, path: &str, counters: Arc<ShmCounters>) {
         lock(&self.rings).push((escape_label(path), counters));
+    }
+
+    /// Registers a unix sink, by socket path, for its clients, cut-offs and resumes.
+    pub fn add_socket(&self, path: &str, counters: Arc<UnixCounters>) {
+        lock(&self.sockets).push((escape_label(path), counters));
     }
 
     /// Each consumer's name (as in its metric labels) and the events its queue had no room
@@ -259,6 +267,7 @@ impl Registry {
         families.extend(venue_families(&lock(&self.venues)));
         families.extend(consumer_families(&lock(&self.consumers)));
         families.extend(ring_families(&lock(&self.rings)));
+        families.extend(socket_families(&lock(&self.sockets)));
         families.extend(nats_families(&lock(&self.nats)));
         families.extend(line::line_families(&lock(&self.lines)));
 
@@ -501,6 +510,55 @@ fn ring_families(rings: &[(String, Arc<ShmCounters>)]) -> Vec<Family> {
         .map(|(path, counters)| (path.as_str(), &**counters))
         .collect();
     labelled_families(&series, "ring", &entries)
+}
+
+fn socket_families(sockets: &[(String, Arc<UnixCounters>)]) -> Vec<Family> {
+    if sockets.is_empty() {
+        return Vec::new();
+    }
+    let series: [LabelledSeries<UnixCounters>; 6] = [
+        (
+            "gapless_unix_clients",
+            "Clients of the unix socket being fed now.",
+            Kind::Gauge,
+            UnixCounters::clients_connected,
+        ),
+        (
+            "gapless_unix_clients_accepted_total",
+            "Connections the unix socket accepted.",
+            Kind::Counter,
+            UnixCounters::clients_accepted,
+        ),
+        (
+            "gapless_unix_cut_offs_total",
+            "Clients cut off: their queue overflowed, or they took nothing while replaying.",
+            Kind::Counter,
+            UnixCounters::cut_offs,
+        ),
+        (
+            "gapless_unix_resumed_total",
+            "Clients that resumed with a resume request.",
+            Kind::Counter,
+            UnixCounters::resumed,
+        ),
+        (
+            "gapless_unix_refused_total",
+            "Connections closed for sending something that is not a resume request.",
+            Kind::Counter,
+            UnixCounters::refused,
+        ),
+        (
+            "gapless_unix_replayed_events_total",
+            "Events sent to clients from the replay history.",
+            Kind::Counter,
+            UnixCounters::events_replayed,
+        ),
+    ];
+    let entries: Vec<(&str, &UnixCounters)> = sockets
+        .iter()
+        .map(|(path, counters)| (path.as_str(), &**counters))
+        .collect();
+    labelled_families(&series, "socket", &entries)
 }
 
 fn nats_families(sinks: &[(String, Arc<NatsCounters>)]) -> Vec<Family> {

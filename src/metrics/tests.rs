@@ -362,6 +362,10 @@ fn busy_registry() -> Arc<Registry> {
     let (producer, _consumer) = channel(4096, 2);
     registry.add_consumer("unix", Arc::clone(producer.stats()));
     registry.add_ring("/run/gapless/a.ring", ring_with_three_records());
+    registry.add_socket(
+        "/run/gapless/feed.sock",
+        Arc::new(crate::sinks::UnixCounters::default()),
+    );
     registry.add_nats(
         "nats:FEED",
         Arc::new(crate::sinks::nats::NatsCounters::default()),
@@ -540,6 +544,7 @@ fn promtool_accepts_a_real_scrape() {
     assert!(body.contains(r#"gapless_consumer_overruns_total{consumer="unix"} 0"#));
     assert!(body.contains(r#"gapless_shm_records_total{ring="/run/gapless/a.ring"} 3"#));
     assert!(body.contains(r#"gapless_shm_capacity_bytes{ring="/run/gapless/a.ring"} 65536"#));
+    assert!(body.contains(r#"gapless_unix_cut_offs_total{socket="/run/gapless/feed.sock"} 0"#));
     assert!(body.contains(r#"gapless_truncated_packets_total{venue="nasdaq",stream="itch-a"} 1"#));
     let (code, output) = run_promtool(promtool, &["check", "metrics"], &body);
     assert_eq!(code, Some(0), "promtool check metrics:\n{output}");

@@ -30,6 +30,7 @@ use crate::publish::wire::WireError;
 
 #[cfg(test)]
 pub use jsonl::JsonlSink;
+pub use unix::UnixCounters;
 #[cfg(test)]
 pub use unix::UnixSink;
 

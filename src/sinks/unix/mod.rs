@@ -93,9 +93,10 @@ pub struct UnixSinkStats {
     pub events_replayed: u64,
 }
 
-/// Counters and the stop flag, shared by the handle and the threads.
+/// Counters and the stop flag, shared by the handle, the threads and the metrics
+/// exporter ([`UnixSinkHandle::counters`]).
 #[derive(Debug, Default)]
-struct Shared {
+pub struct UnixCounters {
     stop: AtomicBool,
     clients_accepted: AtomicU64,
     clients_connected: AtomicU64,
@@ -108,7 +109,37 @@ struct Shared {
     events_replayed: AtomicU64,
 }
 
-impl Shared {
+impl UnixCounters {
+    /// Clients accepted since the start.
+    pub fn clients_accepted(&self) -> u64 {
+        self.clients_accepted.load(Ordering::Relaxed)
+    }
+
+    /// Clients being fed now.
+    pub fn clients_connected(&self) -> u64 {
+        self.clients_connected.load(Ordering::Relaxed)
+    }
+
+    /// Clients cut off (their queue overflowed, or they took nothing while replaying).
+    pub fn cut_offs(&self) -> u64 {
+        self.cut_offs.load(Ordering::Relaxed)
+    }
+
+    /// Clients that sent a resume request.
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed for sending something that is not a resume request.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Events sent to clients from the replay history.
+    pub fn events_replayed(&self) -> u64 {
+        self.events_replayed.load(Ordering::Relaxed)
+    }
+
     fn snapshot(&self) -> UnixSinkStats {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         UnixSinkStats {
@@ -189,7 +220,7 @@ impl UnixSink {
         let listener = UnixListener::bind(&path)?;
         listener.set_nonblocking(true)?;
         let inode = fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino())).ok();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(UnixCounters::default());
         let dispatcher = Dispatcher {
             listener,
             input,
@@ -226,7 +257,7 @@ pub struct UnixSinkHandle {
     path: PathBuf,
     inode: Option<(u64, u64)>,
     producer: Option<Producer>,
-    shared: Arc<Shared>,
+    shared: Arc<UnixCounters>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -240,6 +271,11 @@ impl UnixSinkHandle {
     /// sink started with [`UnixSink::start_with_input`]).
     pub fn take_producer(&mut self) -> Option<Producer> {
         self.producer.take()
+    }
+
+    /// The live counters, for the metrics exporter.
+    pub fn counters(&self) -> Arc<UnixCounters> {
+        Arc::clone(&self.shared)
     }
 
     /// The counters now.
@@ -475,7 +511,7 @@ struct Dispatcher {
     hello: Arc<[u8]>,
     queue_bytes: usize,
     streams: usize,
-    shared: Arc<Shared>,
+    shared: Arc<UnixCounters>,
     refused_logged: Option<Instant>,
 }
 
