@@ -153,11 +153,42 @@ duplicate_window_secs = 600
     )
 }
 
-fn start_daemon(dir: &Path, config: &str, chaos: Option<&str>) -> Child {
+fn start_daemon(dir: &Path, config: &str, chaos: Option<&str>) -> Daemon {
     let path = dir.join("gapless.toml");
     std::fs::write(&path, config).unwrap();
     let env: Vec<(&str, &str)> = chaos.map(|c| ("GAPLESS_CHAOS", c)).into_iter().collect();
-    crate::start_daemon_env(&path, dir, Stdio::inherit(), None, &env)
+    Daemon(crate::start_daemon_env(
+        &path,
+        dir,
+        Stdio::inherit(),
+        None,
+        &env,
+    ))
+}
+
+/// A daemon process that is killed when the test lets go of it, passing or failing, so a
+/// failed test leaves no daemon behind to load the machine.
+struct Daemon(Child);
+
+impl std::ops::Deref for Daemon {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Already gone after a stop or a kill: both calls then fail, which is fine.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn sigterm(child: &mut Child) {
