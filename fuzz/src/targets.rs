@@ -425,7 +425,8 @@ pub fn unix_client(data: &[u8]) {
     // to the same bytes.
     if let Ok(cursors) = gapless::publish::wire::decode_resume(data) {
         let mut out = Vec::new();
-        gapless::publish::wire::encode_resume(&cursors, &mut out).expect("a decoded request encodes");
+        gapless::publish::wire::encode_resume(&cursors, &mut out)
+            .expect("a decoded request encodes");
         assert_eq!(out.get(4..), Some(data), "re-encoding the request differs");
     }
     let mut reader = RecordReader::new(Cursor::new(data));

@@ -17,7 +17,7 @@ pub mod shm;
 pub mod unix;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::io;
 use std::path::PathBuf;

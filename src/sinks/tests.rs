@@ -19,10 +19,10 @@ use crate::sinks::{JsonlSink, SinkError, UnixSink};
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A directory removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let path =
             std::env::temp_dir().join(format!("gapless-sinks-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
@@ -30,18 +30,19 @@ impl TempDir {
         Self(path)
     }
 
-    fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        // Tidiness only: a leftover is removed by the next run's `new`.
         let _ = fs::remove_dir_all(&self.0);
     }
 }
 
-fn names() -> Vec<StreamName> {
+pub(crate) fn names() -> Vec<StreamName> {
     vec![
         StreamName::new("nasdaq", "itch-a"),
         StreamName::new("binance", "btcusdt"),
@@ -59,7 +60,7 @@ fn message(stream: u16, seq: u64, payload: &[u8]) -> Event<'_> {
 }
 
 /// Pushes `event`, waiting (bounded) for room instead of dropping it.
-fn push_waiting(producer: &mut Producer, event: &Event<'_>) {
+pub(crate) fn push_waiting(producer: &mut Producer, event: &Event<'_>) {
     let deadline = Instant::now() + TIMEOUT;
     while !producer.would_fit(event) {
         assert!(Instant::now() < deadline, "queue never drained");

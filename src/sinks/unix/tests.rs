@@ -2,55 +2,17 @@
 
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::client::unix::{Progress, Record, RecordReader, connect};
-use crate::publish::wire::{ResumeCursor, StreamName};
+use crate::publish::wire::ResumeCursor;
 use crate::publish::{Event, Producer, StreamState};
 use crate::sinks::UnixSink;
+use crate::sinks::tests::{TempDir, names, push_waiting};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("gapless-resume-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("temp dir");
-        Self(path)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn names() -> Vec<StreamName> {
-    vec![
-        StreamName::new("nasdaq", "itch-a"),
-        StreamName::new("binance", "btcusdt"),
-    ]
-}
-
-fn push_waiting(producer: &mut Producer, event: &Event<'_>) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !producer.would_fit(event) {
-        assert!(Instant::now() < deadline, "queue never drained");
-        thread::sleep(Duration::from_micros(200));
-    }
-    assert_eq!(producer.push(event), crate::publish::Pushed::Written);
-}
 
 fn push_messages(producer: &mut Producer, stream: u16, seqs: std::ops::RangeInclusive<u64>) {
     for seq in seqs {
