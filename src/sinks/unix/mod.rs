@@ -19,6 +19,16 @@
 //! does not read even that is closed after
 //! [`FINAL_FLUSH`](crate::publish::wire::FINAL_FLUSH).
 //!
+//! The dispatcher also writes every event into a **replay history**: a ring of the
+//! shared-memory sink's layout ([`crate::sinks::shm`]) in this process, of a size fixed at
+//! start. A new connection has [`RESUME_WAIT`] to send a resume request (see
+//! [`crate::publish::wire`]); until then it is not fed. It is then fed from the history,
+//! each record judged against its cursors by the shm reader's rule (what it already had is
+//! skipped, what the history no longer holds is an overrun marker with the exact range), at
+//! the pace its queue takes; once it reaches the history's end it takes the live events
+//! like any other client. A client whose queue takes nothing for [`REPLAY_STALL`] while it
+//! replays is cut off.
+//!
 //! [`UnixSinkHandle::stop`] forwards what is in the input queue, lets every
 //! writer flush its queue (again for at most
 //! [`FINAL_FLUSH`](crate::publish::wire::FINAL_FLUSH)), closes the connections and removes
@@ -233,6 +243,7 @@ impl UnixSink {
             streams: streams.len(),
             shared: Arc::clone(&shared),
             refused_logged: None,
+            cut_logged: None,
         };
         let thread = thread::Builder::new()
             .name("gapless-unix-sink".into())
@@ -513,6 +524,7 @@ struct Dispatcher {
     streams: usize,
     shared: Arc<UnixCounters>,
     refused_logged: Option<Instant>,
+    cut_logged: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -675,7 +687,7 @@ impl Dispatcher {
                 client.state.cut.store(true, Ordering::Release);
             }
             let cut = self.retire(|c| c.overflowed);
-            self.shared.cut_offs.fetch_add(cut, Ordering::Relaxed);
+            self.cut_off(cut);
         }
         moved
     }
@@ -717,12 +729,28 @@ impl Dispatcher {
                 client.state.cut.store(true, Ordering::Release);
             }
             let cut = self.retire(|c| c.overflowed);
-            self.shared.cut_offs.fetch_add(cut, Ordering::Relaxed);
+            self.cut_off(cut);
         }
         self.shared
             .events_replayed
             .fetch_add(moved as u64, Ordering::Relaxed);
         moved
+    }
+
+    /// Counts `cut` clients cut off, and says so in the log at most every 5 s.
+    fn cut_off(&mut self, cut: u64) {
+        let total = self.shared.cut_offs.fetch_add(cut, Ordering::Relaxed) + cut;
+        let now = Instant::now();
+        if self
+            .cut_logged
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5))
+        {
+            self.cut_logged = Some(now);
+            crate::log_warn!(
+                "unix sink: {cut} client(s) cut off for falling behind ({total} so far); \
+                 a client that reconnects with a resume request carries on where it was"
+            );
+        }
     }
 
     /// Forgets clients whose writer ended and joins finished threads,
