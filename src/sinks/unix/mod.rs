@@ -606,12 +606,7 @@ impl Dispatcher {
                 Request::Refused(why) => {
                     accepted += 1;
                     self.shared.refused.fetch_add(1, Ordering::Relaxed);
-                    let at = Instant::now();
-                    if self
-                        .refused_logged
-                        .is_none_or(|t| at.duration_since(t) >= Duration::from_secs(5))
-                    {
-                        self.refused_logged = Some(at);
+                    if log_due(&mut self.refused_logged) {
                         crate::log_warn!(
                             "unix sink: a client's resume request was refused ({why}); \
                              the connection is closed (refused so far: {})",
@@ -740,12 +735,7 @@ impl Dispatcher {
     /// Counts `cut` clients cut off, and says so in the log at most every 5 s.
     fn cut_off(&mut self, cut: u64) {
         let total = self.shared.cut_offs.fetch_add(cut, Ordering::Relaxed) + cut;
-        let now = Instant::now();
-        if self
-            .cut_logged
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5))
-        {
-            self.cut_logged = Some(now);
+        if log_due(&mut self.cut_logged) {
             crate::log_warn!(
                 "unix sink: {cut} client(s) cut off for falling behind ({total} so far); \
                  a client that reconnects with a resume request carries on where it was"
@@ -813,6 +803,17 @@ fn tell_current_epochs(replay: &mut Replay, history: &History, producer: &mut Pr
         }
     }
     true
+}
+
+/// True (and `last` set to now) when a rate-limited line was last written 5 s ago or more,
+/// or never.
+fn log_due(last: &mut Option<Instant>) -> bool {
+    let now = Instant::now();
+    let due = last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5));
+    if due {
+        *last = Some(now);
+    }
+    due
 }
 
 /// What an arriving connection has sent.
