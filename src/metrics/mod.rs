@@ -543,7 +543,7 @@ fn socket_families(sockets: &[(String, Arc<UnixCounters>)]) -> Vec<Family> {
         ),
         (
             "gapless_unix_refused_total",
-            "Connections closed for sending something that is not a resume request.",
+            "Connections closed at once: not a resume request, or no socket setup or writer thread.",
             Kind::Counter,
             UnixCounters::refused,
         ),

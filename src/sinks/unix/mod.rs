@@ -97,7 +97,8 @@ pub struct UnixSinkStats {
     pub bytes_written: u64,
     /// Clients that sent a resume request.
     pub resumed: u64,
-    /// Connections closed because what they sent was not a resume request.
+    /// Connections closed at once: what they sent was not a resume request, or the
+    /// connection could not be set up (its socket options, its writer thread).
     pub refused: u64,
     /// Events sent to clients from the history (markers and epoch events included).
     pub events_replayed: u64,
@@ -140,7 +141,7 @@ impl UnixCounters {
         self.resumed.load(Ordering::Relaxed)
     }
 
-    /// Connections closed for sending something that is not a resume request.
+    /// Connections closed at once: not a resume request, or not set up.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
@@ -605,25 +606,29 @@ impl Dispatcher {
                 }
                 Request::Refused(why) => {
                     accepted += 1;
-                    self.shared.refused.fetch_add(1, Ordering::Relaxed);
-                    if log_due(&mut self.refused_logged) {
-                        crate::log_warn!(
-                            "unix sink: a client's resume request was refused ({why}); \
-                             the connection is closed (refused so far: {})",
-                            self.shared.refused.load(Ordering::Relaxed)
-                        );
-                    }
+                    self.refuse(format_args!("its resume request was refused ({why})"));
                 }
             }
         }
         accepted
     }
 
+    /// Counts a connection closed at once, and says why (at most every 5 s).
+    fn refuse(&mut self, why: std::fmt::Arguments<'_>) {
+        let total = self.shared.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if log_due(&mut self.refused_logged) {
+            crate::log_warn!(
+                "unix sink: a client's connection is closed: {why} (refused so far: {total})"
+            );
+        }
+    }
+
     fn add_client(&mut self, stream: UnixStream, replay: Replay) {
         let set_up = stream
             .set_nonblocking(false)
             .and_then(|()| stream.set_write_timeout(Some(WRITE_POLL)));
-        if set_up.is_err() {
+        if let Err(e) = set_up {
+            self.refuse(format_args!("its socket could not be set up ({e})"));
             return;
         }
         let (producer, queue) = channel(self.queue_bytes, self.streams);
@@ -635,11 +640,15 @@ impl Dispatcher {
             Arc::clone(&self.shared.bytes_written),
             &self.hello,
         );
-        let Ok(thread) = thread::Builder::new()
+        let thread = match thread::Builder::new()
             .name("gapless-unix-client".into())
             .spawn(move || writer.run())
-        else {
-            return;
+        {
+            Ok(thread) => thread,
+            Err(e) => {
+                self.refuse(format_args!("no thread to write to it ({e})"));
+                return;
+            }
         };
         self.clients.push(Client {
             producer,
