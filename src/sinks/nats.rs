@@ -246,9 +246,51 @@ struct StreamInfo {
     id_prefix: String,
     /// The epoch label as a token, `-` before one is known.
     epoch: String,
+    /// `<venue>.<stream>.<epoch>.`, what a message's id starts with.
+    message_id_base: String,
     /// The epoch label as a header value, shared by every publish of the epoch.
     epoch_header: Arc<str>,
     state: StreamState,
+    /// The headers a message and a range share until the epoch or the state changes,
+    /// built when first needed: a publish clones them and adds its own few, so most of the
+    /// header map is copied, not hashed again.
+    templates: [Option<Arc<HeaderMap>>; 2],
+}
+
+impl StreamInfo {
+    /// The shared headers of a publish of `fields`' kind, for a message or a range.
+    fn template(&mut self, fields: Fields, instance: &str) -> Option<Arc<HeaderMap>> {
+        let slot = match fields {
+            Fields::Message { .. } => 0,
+            Fields::Range { .. } => 1,
+            _ => return None,
+        };
+        let template = self.templates.get_mut(slot)?;
+        let (epoch, state) = (&*self.epoch_header, self.state);
+        Some(Arc::clone(template.get_or_insert_with(|| {
+            Arc::new(shared_headers(fields.kind(), epoch, state, instance))
+        })))
+    }
+}
+
+/// `base` and then `seq`, in one allocation: a message's id, made once a message.
+fn message_id(base: &str, seq: u64) -> String {
+    use std::fmt::Write as _;
+    let mut id = String::with_capacity(base.len() + 20);
+    id.push_str(base);
+    // Writing to a String cannot fail.
+    let _ = write!(id, "{seq}");
+    id
+}
+
+/// The headers every publish carries: kind, epoch, state and instance.
+fn shared_headers(kind: &str, epoch: &str, state: StreamState, instance: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(KIND, kind);
+    h.insert(EPOCH, epoch);
+    h.insert(STATE, state.as_str());
+    h.insert(INSTANCE, instance);
+    h
 }
 
 type AckFuture =
@@ -316,6 +358,8 @@ struct Pending {
     /// The stream's epoch label and state when the event was taken off the queue.
     epoch: Arc<str>,
     state: StreamState,
+    /// The stream's shared headers then, for a message or a range.
+    template: Option<Arc<HeaderMap>>,
     payload: Bytes,
     /// The acknowledgement awaited; `None` when it must be sent (again).
     ack: Option<AckFuture>,
@@ -390,8 +434,10 @@ impl Publisher {
                     subject: Subject::from(format!("{prefix}.{venue}.{stream}")),
                     id_prefix: format!("{venue}.{stream}"),
                     epoch: "-".to_string(),
+                    message_id_base: format!("{venue}.{stream}.-."),
                     epoch_header: Arc::from("-"),
                     state: StreamState::Unseen,
+                    templates: [None, None],
                 }
             })
             .collect();
@@ -795,7 +841,15 @@ impl Publisher {
 
     /// The headers of `p`; see the module's documentation for what each says.
     fn headers(&self, p: &Pending) -> HeaderMap {
-        let mut h = HeaderMap::new();
+        let mut h = match &p.template {
+            Some(template) => HeaderMap::clone(template),
+            None => shared_headers(
+                p.fields.kind(),
+                &p.epoch,
+                p.state,
+                self.settings.instance.as_str(),
+            ),
+        };
         match p.fields {
             Fields::Message { seq, recv_ns } => {
                 h.insert(SEQ, HeaderValue::from(seq));
@@ -827,10 +881,6 @@ impl Publisher {
             }
             Fields::State | Fields::Epoch | Fields::SnapshotBegin => {}
         }
-        h.insert(KIND, p.fields.kind());
-        h.insert(EPOCH, &*p.epoch);
-        h.insert(STATE, p.state.as_str());
-        h.insert(INSTANCE, self.settings.instance.as_str());
         h
     }
 
@@ -951,7 +1001,7 @@ impl Publisher {
                         progress = Progress::Advance(stream_id, seq.saturating_add(1));
                         (
                             Fields::Message { seq, recv_ns },
-                            format!("{}.{}.{seq}", info.id_prefix, info.epoch),
+                            message_id(&info.message_id_base, seq),
                         )
                     };
                     (fields, id, Bytes::copy_from_slice(payload))
@@ -979,11 +1029,14 @@ impl Publisher {
                 }
                 Event::State { state, .. } => {
                     info.state = state;
+                    info.templates = [None, None];
                     (Fields::State, own_id("state"), Bytes::new())
                 }
                 Event::Epoch { label, .. } => {
                     let text = String::from_utf8_lossy(label);
                     info.epoch = token(&text);
+                    info.message_id_base = format!("{}.{}.", info.id_prefix, info.epoch);
+                    info.templates = [None, None];
                     info.epoch_header = text
                         .chars()
                         .map(|c| {
@@ -1024,7 +1077,9 @@ impl Publisher {
                 }
                 Event::Heartbeat { .. } => return None,
             };
+            let template = info.template(fields, instance);
             Some(Pending {
+                template,
                 progress,
                 subject: info.subject.clone(),
                 id,
@@ -1041,12 +1096,154 @@ impl Publisher {
 
 #[cfg(test)]
 mod tests {
-    use super::token;
+    use super::*;
+    use crate::publish::{Pushed, channel};
 
     #[test]
     fn tokens_keep_only_safe_characters() {
         assert_eq!(token("itch-a_1"), "itch-a_1");
         assert_eq!(token("a.b*c>d e"), "a_b_c_d_e");
         assert_eq!(token(""), "_");
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            url: "nats://127.0.0.1:1".into(),
+            stream: "FEED".into(),
+            subject_prefix: "gapless".into(),
+            duplicate_window: Duration::from_secs(120),
+            max_age: None,
+            max_pending: 16,
+            instance: "a".into(),
+            creds: None,
+            tls_ca: None,
+            tls_client: None,
+        }
+    }
+
+    /// The headers a publish must carry, written out in full, one by one.
+    fn expected(pairs: &[(&'static str, String)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(HeaderName::from_static(name), value.as_str());
+        }
+        h
+    }
+
+    /// Messages and ranges share headers built once per epoch and state: each publish still
+    /// carries the epoch and state of when it was taken, after either changes, and when it
+    /// is sent again after the stream has moved on.
+    #[test]
+    fn every_publish_carries_the_epoch_and_state_it_was_taken_in() {
+        let mut names = StreamNames::new();
+        names.set(0, "v", "s");
+        let (mut producer, consumer) = channel(1 << 16, 1);
+        let mut publisher = Publisher::new(
+            settings(),
+            consumer,
+            &names,
+            1,
+            Arc::new(NatsCounters::default()),
+            Arc::new(CursorSet::new(1)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let message = |seq| Event::Message {
+            stream: 0,
+            seq,
+            recv_ns: 7,
+            snapshot: false,
+            payload: b"m",
+        };
+        let state = |state| Event::State { stream: 0, state };
+        let events = [
+            message(1),
+            Event::Epoch {
+                stream: 0,
+                label: b"S1",
+            },
+            state(StreamState::Synced),
+            message(2),
+            Event::Range {
+                stream: 0,
+                first: 3,
+                last: 4,
+                recv_ns: 8,
+                payload: b"r",
+            },
+            state(StreamState::DirtySyncPending),
+            message(5),
+            Event::Epoch {
+                stream: 0,
+                label: b"S2",
+            },
+            message(1),
+        ];
+        for e in &events {
+            assert_eq!(producer.push(e), Pushed::Written);
+        }
+        let mut taken = Vec::new();
+        while let Some(next) = publisher.next_publish() {
+            taken.extend(next);
+        }
+        let message_headers = |seq: u64, epoch: &str, state: &str| {
+            expected(&[
+                ("Gapless-Kind", "message".into()),
+                ("Gapless-Seq", seq.to_string()),
+                ("Gapless-Recv-Ns", "7".into()),
+                ("Gapless-Epoch", epoch.into()),
+                ("Gapless-State", state.into()),
+                ("Gapless-Instance", "a".into()),
+            ])
+        };
+        let want = [
+            message_headers(1, "-", "unseen"),
+            expected(&[
+                ("Gapless-Kind", "epoch".into()),
+                ("Gapless-Epoch", "S1".into()),
+                ("Gapless-State", "unseen".into()),
+                ("Gapless-Instance", "a".into()),
+            ]),
+            expected(&[
+                ("Gapless-Kind", "state".into()),
+                ("Gapless-Epoch", "S1".into()),
+                ("Gapless-State", "synced".into()),
+                ("Gapless-Instance", "a".into()),
+            ]),
+            message_headers(2, "S1", "synced"),
+            expected(&[
+                ("Gapless-Kind", "range".into()),
+                ("Gapless-First", "3".into()),
+                ("Gapless-Last", "4".into()),
+                ("Gapless-Recv-Ns", "8".into()),
+                ("Gapless-Epoch", "S1".into()),
+                ("Gapless-State", "synced".into()),
+                ("Gapless-Instance", "a".into()),
+            ]),
+            expected(&[
+                ("Gapless-Kind", "state".into()),
+                ("Gapless-Epoch", "S1".into()),
+                ("Gapless-State", "dirty_sync_pending".into()),
+                ("Gapless-Instance", "a".into()),
+            ]),
+            message_headers(5, "S1", "dirty_sync_pending"),
+            expected(&[
+                ("Gapless-Kind", "epoch".into()),
+                ("Gapless-Epoch", "S2".into()),
+                ("Gapless-State", "dirty_sync_pending".into()),
+                ("Gapless-Instance", "a".into()),
+            ]),
+            message_headers(1, "S2", "dirty_sync_pending"),
+        ];
+        assert_eq!(taken.len(), want.len());
+        for (i, (p, want)) in taken.iter().zip(&want).enumerate() {
+            assert_eq!(&publisher.headers(p), want, "publish {i}");
+            // Sent again later, it is the same publish.
+            assert_eq!(&publisher.headers(p), want, "publish {i} sent again");
+        }
+        let ids: Vec<&str> = taken.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids[0], "v.s.-.1");
+        assert_eq!(ids[3], "v.s.S1.2");
+        assert_eq!(ids[4], "v.s.S1.3-4");
+        assert_eq!(ids[8], "v.s.S2.1");
     }
 }
