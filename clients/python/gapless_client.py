@@ -16,9 +16,22 @@ As a library:
             elif event["event"] == "gap":
                 ...  # from, to: never delivered
 
-As a command, it prints each event as a JSON line, as `gapless tail` does:
+A client that stopped (or was cut off) carries on where it was with a resume request:
+per stream id, the label of the stream's epoch and the next sequence it needs. The server
+replays what its history still holds from there, and reports what it no longer holds as an
+"overrun" event with the lost range. `client.cursors()` gives the cursors to carry on from,
+kept from the events read:
+
+    with Client(path, cursors={0: ("SIM0000001", 10001)}) as client:
+        ...
+    later = client.cursors()
+
+As a command, it prints each event as a JSON line, as `gapless tail` does, and with
+`--from STREAM=EPOCH:SEQ` (a stream id; repeatable) resumes and prints the cursors to
+carry on from on stderr at the end:
 
     python3 gapless_client.py /run/gapless/nasdaq.sock --limit 10
+    python3 gapless_client.py /run/gapless/nasdaq.sock --from 0=SIM0000001:10001
 """
 
 import argparse
@@ -29,6 +42,9 @@ import sys
 
 HELLO_MAGIC = b"GPLS"
 WIRE_VERSION = 1
+RESUME_MAGIC = b"GPLR"
+RESUME_VERSION = 1
+MAX_RESUME_CURSORS = 4096
 CUT_OFF_TAG = 0xF0
 MAX_RECORD_LEN = 16 * 1024 * 1024
 
@@ -60,13 +76,31 @@ class CutOff(Exception):
 class Client:
     """One connection to a unix-socket sink; iterate over it for events (dicts)."""
 
-    def __init__(self, path, timeout=30.0):
+    def __init__(self, path, timeout=30.0, cursors=None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Every read has a deadline: a silent server raises socket.timeout.
         self.sock.settimeout(timeout)
         self.sock.connect(str(path))
+        # stream id -> (epoch label, next sequence), from the request and the events read.
+        self.progress = dict(cursors or {})
+        if cursors is not None:
+            # The request must be the first bytes written, before the server's wait for
+            # one ends; it does not depend on the hello.
+            self.sock.sendall(resume_request(self.progress))
         self.file = self.sock.makefile("rb")
         self.streams = self._hello()
+
+    def cursors(self):
+        """The cursors to carry on from: {stream id: (epoch label, next sequence)}."""
+        return dict(self.progress)
+
+    def _observe(self, event):
+        s = event["stream_id"]
+        if event["event"] == "epoch":
+            self.progress[s] = (event["label"], 0)
+            return
+        label, before = self.progress.get(s, ("", 0))
+        self.progress[s] = (label, max(before, _next_after(event, before)))
 
     def close(self):
         self.file.close()
@@ -151,7 +185,45 @@ class Client:
             body = self._record()
             if body is None:
                 return
-            yield self._decode(body)
+            event = self._decode(body)
+            self._observe(event)
+            yield event
+
+
+def resume_request(cursors):
+    """A framed resume request for {stream id: (epoch label, next sequence)}."""
+    if len(cursors) > MAX_RESUME_CURSORS:
+        raise ValueError(f"at most {MAX_RESUME_CURSORS} cursors")
+    body = bytearray(RESUME_MAGIC + struct.pack("<HH", RESUME_VERSION, len(cursors)))
+    for stream, (label, next_seq) in sorted(cursors.items()):
+        text = label.encode("utf-8")
+        if len(text) > 255:
+            raise ValueError(f"epoch label of stream {stream} longer than 255 bytes")
+        body += struct.pack("<HB", stream, len(text)) + text + struct.pack("<Q", next_seq)
+    return struct.pack("<I", len(body)) + bytes(body)
+
+
+def _next_after(event, before):
+    """The next sequence after `event`, as the server judges a cursor."""
+    name = event["event"]
+    if name == "message" and not event["snapshot"]:
+        return event["seq"] + 1
+    if name == "range":
+        return event["last"] + 1
+    if name == "gap":
+        return event["to"] + 1
+    if name == "snapshot_end":
+        return event["next"]
+    return before
+
+
+def _cursor(text):
+    """STREAM=EPOCH:SEQ, STREAM a stream id."""
+    stream, _, rest = text.partition("=")
+    label, _, seq = rest.rpartition(":")
+    if not stream.isdigit() or not seq.isdigit() or not _:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STREAM=EPOCH:SEQ, STREAM an id")
+    return int(stream), (label, int(seq))
 
 
 def as_json(event):
@@ -182,10 +254,13 @@ def main(argv=None):
     parser.add_argument("socket", help="the sink's socket path")
     parser.add_argument("--limit", type=int, default=None, help="stop after this many events")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for data")
+    parser.add_argument("--from", dest="cursors", action="append", type=_cursor, default=None,
+                        metavar="STREAM=EPOCH:SEQ", help="resume a stream id; repeatable")
     args = parser.parse_args(argv)
     count = 0
+    cursors = dict(args.cursors) if args.cursors is not None else None
     try:
-        with Client(args.socket, args.timeout) as client:
+        with Client(args.socket, args.timeout, cursors) as client:
             for event in client:
                 if event["event"] == "heartbeat":
                     continue
@@ -193,6 +268,12 @@ def main(argv=None):
                 count += 1
                 if args.limit is not None and count >= args.limit:
                     break
+            if cursors is not None:
+                sys.stdout.flush()
+                carry_on = " ".join(
+                    f"--from {s}={label}:{n}" for s, (label, n) in sorted(client.cursors().items())
+                )
+                print(f"gapless_client: to carry on: {carry_on}", file=sys.stderr)
     except CutOff as e:
         print(f"gapless_client: cut off by the server: {e}", file=sys.stderr)
         return 1

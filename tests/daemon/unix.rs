@@ -1,7 +1,8 @@
 //! The unix-socket sink's resume requests across processes: `gapless tail SOCKET --from`
 //! against `gapless run` and the MoldUDP64 simulator with loss and recovery. A reader that
 //! stops halfway and starts again with the cursor it printed carries on with nothing twice
-//! and nothing missing.
+//! and nothing missing; the Python client (`clients/python/gapless_client.py --from`) takes
+//! its turn in the middle of the chain, with the same cursors.
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -110,6 +111,9 @@ history_bytes = 16777216
         "the cursor follows the last message"
     );
 
+    // The Python client carries on from that cursor for 5,000 events, and prints its own.
+    let cursor = python_carries_on(&socket, &cursor, &mut seen).unwrap_or(cursor);
+
     // The feed goes on while nobody reads; the second reader starts from the cursor.
     let mut second = Command::new(BIN)
         .arg("tail")
@@ -145,4 +149,41 @@ history_bytes = 16777216
     );
     // Removing the directory is tidiness: a leftover is removed by the next run.
     let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
+
+/// Runs the Python client from `cursor` for 5,000 events, adding the sequences it printed
+/// to `seen`; returns the cursor it printed to carry on from (`None`, with the reason
+/// printed, where python3 cannot run).
+fn python_carries_on(socket: &Path, cursor: &str, seen: &mut Vec<u64>) -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python/gapless_client.py");
+    let out = match Command::new("python3")
+        .arg(&script)
+        .arg(socket)
+        .args(["--from", cursor, "--limit", "5000", "--timeout", "20"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipping the Python client's turn: python3 cannot run ({e})");
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let lines = String::from_utf8(out.stdout).unwrap();
+    assert!(!lines.contains("\"overrun\""), "the history held it all");
+    let before = seen.len();
+    seen.extend(lines.lines().filter_map(seq_of));
+    assert!(seen.len() > before, "the Python client read messages: {lines}");
+    let carry_on = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("gapless_client: to carry on: "))
+        .unwrap_or_else(|| panic!("no cursor printed: {stderr}"));
+    let next = carry_on.strip_prefix("--from ").unwrap().to_string();
+    assert_eq!(
+        next,
+        format!("0=SIM0000001:{}", seen.last().unwrap() + 1),
+        "the Python client's cursor follows its last message"
+    );
+    Some(next)
 }
