@@ -289,8 +289,21 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start_daemon(dir: &Path, group: SocketAddrV4, sim: &MoldSim) -> Child {
+/// A daemon with the one sink under measurement (`shm` or `unix`): another sink would be
+/// another consumer of the rx thread's work, and the unix sink a thread of its own, on the
+/// same two cores.
+fn start_daemon(kind: &str, dir: &Path, group: SocketAddrV4, sim: &MoldSim) -> Child {
     let config = dir.join("gapless.toml");
+    let sink = match kind {
+        "shm" => format!(
+            "[[sink]]\nkind = \"shm\"\npath = \"{}\"\n",
+            dir.join("bench.ring").display()
+        ),
+        _ => format!(
+            "[[sink]]\nkind = \"unix\"\npath = \"{}\"\nclient_queue = 1048576\n",
+            dir.join("bench.sock").display()
+        ),
+    };
     std::fs::write(
         &config,
         format!(
@@ -312,19 +325,9 @@ start = "from-start"
   rerequest = ["{rerequest}"]
   rcvbuf = 8388608
 
-[[sink]]
-kind = "shm"
-path = "{ring}"
-
-[[sink]]
-kind = "unix"
-path = "{sock}"
-client_queue = 1048576
-"#,
+{sink}"#,
             metrics = free_port(),
             rerequest = sim.rerequest_addr(),
-            ring = dir.join("bench.ring").display(),
-            sock = dir.join("bench.sock").display(),
         ),
     )
     .unwrap();
@@ -359,7 +362,7 @@ fn stop(mut child: Child) {
 /// One daemon path (`shm` or `unix`) at `rate` for `count` messages.
 fn daemon_path(kind: &str, dir: &Path, group: SocketAddrV4, rate: f64, count: u64) -> Figures {
     let sim = feed(group, rate, count);
-    let daemon = start_daemon(dir, group, &sim);
+    let daemon = start_daemon(kind, dir, group, &sim);
     let target = match kind {
         "shm" => dir.join("bench.ring"),
         _ => dir.join("bench.sock"),
