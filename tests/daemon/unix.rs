@@ -174,7 +174,10 @@ fn python_carries_on(socket: &Path, cursor: &str, seen: &mut Vec<u64>) -> Option
     assert!(!lines.contains("\"overrun\""), "the history held it all");
     let before = seen.len();
     seen.extend(lines.lines().filter_map(seq_of));
-    assert!(seen.len() > before, "the Python client read messages: {lines}");
+    assert!(
+        seen.len() > before,
+        "the Python client read messages: {lines}"
+    );
     let carry_on = stderr
         .lines()
         .find_map(|l| l.strip_prefix("gapless_client: to carry on: "))
