@@ -401,7 +401,7 @@ impl Channel {
         if accepted && a.via == Via::Unicast {
             self.stats.recovered += 1;
             // Recovery is making progress: the re-request budget is whole again.
-            self.requester.progress();
+            self.requester.recovered(a.now.as_nanos());
         }
         self.deliver(core, &mut out, a.bytes, a.recv, emit);
         core.out = out;

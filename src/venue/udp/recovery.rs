@@ -84,6 +84,8 @@ impl Default for RequestPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Inflight {
     range: SeqRange,
+    /// When it was sent.
+    sent: u64,
     deadline: u64,
 }
 
@@ -111,6 +113,8 @@ pub struct Requester {
     server: usize,
     servers_spent: usize,
     budget_used: u32,
+    /// When an answer last brought a message that was missing.
+    recovered_at: Option<u64>,
     inflight: [Option<Inflight>; MAX_INFLIGHT],
     /// How many of `inflight` are `Some`: kept so the per-datagram checks do not scan
     /// the table.
@@ -135,6 +139,7 @@ impl Requester {
             server: 0,
             servers_spent: 0,
             budget_used: 0,
+            recovered_at: None,
             inflight: [None; MAX_INFLIGHT],
             inflight_count: 0,
             first_plan_at: None,
@@ -162,10 +167,17 @@ impl Requester {
         }
     }
 
-    /// Restores the whole budget and the server order: an answer brought a new message.
+    /// Restores the whole budget and the server order: recovery moved on.
     pub fn progress(&mut self) {
         self.budget_used = 0;
         self.servers_spent = 0;
+    }
+
+    /// An answer brought a message that was missing, at `now`: [`Requester::progress`],
+    /// and the server is known to be answering from then on.
+    pub fn recovered(&mut self, now: u64) {
+        self.progress();
+        self.recovered_at = Some(now);
     }
 
     /// Notes that something is missing at `now`: the first plan is due after the reorder
@@ -194,15 +206,21 @@ impl Requester {
         self.next_deadline(policy).is_some_and(|t| t <= now)
     }
 
-    /// Drops requests whose deadline passed, counting them as timeouts. Each one spends
-    /// a unit of the retry budget: a server that answers refills it, a dead one runs out.
+    /// Drops requests whose deadline passed, counting them as timeouts (they are asked
+    /// for again by the next plan). One sent before the last answer that brought a
+    /// missing message spends nothing: the server is answering, in order and slower than
+    /// the timeout (a JetStream stream read back, or a venue server under load). Any other
+    /// spends a unit of the retry budget: a server that answers refills it, a dead one
+    /// runs out.
     pub fn expire(&mut self, now: u64) {
         for slot in &mut self.inflight {
-            if slot.is_some_and(|f| f.deadline <= now) {
+            if let Some(f) = slot.filter(|f| f.deadline <= now) {
                 *slot = None;
                 self.inflight_count -= 1;
                 self.timeouts += 1;
-                self.budget_used += 1;
+                if self.recovered_at.is_none_or(|at| at < f.sent) {
+                    self.budget_used += 1;
+                }
             }
         }
     }
@@ -271,6 +289,7 @@ impl Requester {
                 };
                 *slot = Some(Inflight {
                     range: chunk,
+                    sent: now,
                     deadline: now.saturating_add(policy.request_timeout_ns),
                 });
                 self.inflight_count += 1;
@@ -804,6 +823,52 @@ mod tests {
             assert_eq!(sent.len(), 1, "round {round}");
             r.progress();
         }
+    }
+
+    #[test]
+    fn a_server_answering_in_order_slower_than_the_timeout_keeps_its_budget() {
+        // Ten requests out at once; the server answers one per timeout period, in order
+        // (each answer brings what was missing): the rest time out meanwhile, and are asked
+        // again, but the server stays the one asked and the plan never runs out.
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        let mut missing: Vec<SeqRange> = (0..10)
+            .map(|i| SeqRange::new(i * 10 + 1, i * 10 + 10))
+            .collect();
+        let (_, sent) = plan(&mut r, 1, &missing);
+        assert_eq!(sent.len(), 10);
+        let mut now = 1;
+        while let Some(done) = missing.first().copied() {
+            now += 15_000;
+            r.answered(done);
+            r.recovered(now - 1);
+            missing.remove(0);
+            r.expire(now);
+            let (p, sent) = plan(&mut r, now, &missing);
+            assert_eq!(p, Plan::Wait, "at {now}");
+            assert!(
+                sent.iter().all(|(port, _)| *port == 1),
+                "still the first server: {sent:?}"
+            );
+        }
+        assert!(r.timeouts > 0, "the others timed out while it answered");
+    }
+
+    #[test]
+    fn a_server_that_stops_answering_spends_its_budget_again() {
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        let gap = [SeqRange::new(5, 5)];
+        r.recovered(0);
+        plan(&mut r, 1, &gap);
+        // Requests sent after the last recovery that time out spend the budget as before.
+        r.expire(20_000);
+        plan(&mut r, 20_000, &gap);
+        r.expire(40_000);
+        let (_, sent) = plan(&mut r, 40_000, &gap);
+        assert_eq!(
+            sent,
+            [(2, SeqRange::new(5, 5))],
+            "budget spent: second server"
+        );
     }
 
     #[test]
