@@ -35,6 +35,10 @@ use crate::venue::Resume;
 pub const FILE_NAME: &str = "cursors";
 /// The file is written at most this often.
 pub const WRITE_EVERY: Duration = Duration::from_millis(100);
+/// A write (with its sync) that takes this long is logged.
+const SLOW_WRITE: Duration = Duration::from_secs(1);
+/// Slow writes are logged at most this often.
+const SLOW_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// One stream's position: the epoch label and the next sequence needed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,6 +305,7 @@ fn keep(
 ) {
     let mut last_write = Instant::now();
     let mut failing = false;
+    let mut slow_logged: Option<Instant> = None;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         if let Some((input, set)) = &mut own {
@@ -309,7 +314,22 @@ fn keep(
         let changed = sources.iter().fold(false, |any, s| s.take_changed() | any);
         if changed {
             let text = render(names, &with_floor(merged(sources, floor.len()), floor));
-            match write_atomically(path, &text) {
+            let started = Instant::now();
+            let written = write_atomically(path, &text);
+            let took = started.elapsed();
+            if took >= SLOW_WRITE
+                && slow_logged.is_none_or(|at: Instant| at.elapsed() >= SLOW_LOG_EVERY)
+            {
+                slow_logged = Some(Instant::now());
+                crate::log_warn!(
+                    "resume cursors {}: a write took {:.1} s (the disk is slow to sync); \
+                     meanwhile a restart would resume from the cursors written before, and \
+                     recover more",
+                    path.display(),
+                    took.as_secs_f64()
+                );
+            }
+            match written {
                 Ok(()) => {
                     if failing {
                         crate::log_info!("resume cursors {}: written again", path.display());
