@@ -10,7 +10,7 @@ use super::check::{GROUP, NAME, SERVER, one_of};
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{RawChannel, RawLine, RawSnapshot};
-use super::schema::{Channel, Line, Snapshot};
+use super::schema::{Channel, Line, Rerequest, Snapshot};
 use super::values::{IexSession, MoldSession, SoupLogin, keyword_enum};
 
 /// `SO_RCVBUF` when `rcvbuf` is left out: 64 MiB, enough for a burst of a busy feed.
@@ -102,9 +102,19 @@ pub(super) fn channel<S>(
             let mut servers = Vec::new();
             for (index, item) in list.get_ref().iter().enumerate() {
                 let path = path.key("rerequest").index(index);
-                let server = report.server(item, &path);
-                if let Some(addr) = server {
-                    report.unique(&mut seen, addr, &item.span(), &path, "re-request server");
+                let server = match jetstream_entry(item.get_ref()) {
+                    // Which nats sink it names is checked once the sinks are read.
+                    Some(stream) => Some(Rerequest::JetStream(stream.to_string())),
+                    None => report.server(item, &path).map(Rerequest::Server),
+                };
+                if let Some(entry) = &server {
+                    report.unique(
+                        &mut seen,
+                        entry.clone(),
+                        &item.span(),
+                        &path,
+                        "re-request server",
+                    );
                 }
                 servers.push(server);
             }
@@ -145,6 +155,20 @@ pub(super) fn channel<S>(
         rcvbuf: rcvbuf?,
     })
 }
+
+/// The stream named by a `rerequest` entry that reads JetStream: `""` for `"jetstream"`
+/// (the only nats sink), `STREAM` for `"jetstream:STREAM"`; `None` for any other entry.
+pub(super) fn jetstream_entry(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix(JETSTREAM)?;
+    if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix(':')
+    }
+}
+
+/// The `rerequest` entry that names a nats sink's JetStream stream.
+pub(super) const JETSTREAM: &str = "jetstream";
 
 /// Lines a channel takes at most.
 pub(super) const MAX_LINES: usize = 8;

@@ -73,7 +73,7 @@
 //! | `interface` | local IPv4 address to join on; not beside `lines` | `"0.0.0.0"` |
 //! | `source` | unicast IPv4 sender address (source-specific multicast); not beside `lines` | any sender |
 //! | `session` | the session expected first, not a filter: its datagrams are taken from the first one on, while any other session (the first seen, when the key is absent) is adopted only after `session_confirm` datagrams in a row; adopting another before one datagram of this one was seen logs a warning naming both. moldudp64: 1..=10 printable ASCII characters; iex-tp: a u32 as integer or string | none: the first seen, once confirmed |
-//! | `rerequest` | unicast IPv4 addresses and ports, tried in order | none |
+//! | `rerequest` | unicast IPv4 addresses and ports, tried in order; an entry `"jetstream"` (or `"jetstream:STREAM"`, naming a nats sink by its `stream` where there are several) reads back what a peer instance published into the nats sink's JetStream stream, as one more server in the order | none |
 //! | `snapshot` | `{ kind = "soupbintcp", addr, username (<= 6), password (<= 10) }` | none |
 //! | `rcvbuf` | `SO_RCVBUF` bytes, 4096..=2^31-1 | 67108864 |
 //!
@@ -131,7 +131,7 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors, ErrorKind, Position, Snippet};
 pub use schema::{
     BinanceLink, Buffering, Channel, Daemon, GapPolicy, Idle, Line, LogFormat, LogLevel, Market,
-    NatsSink, Recovery, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
+    NatsSink, Recovery, Rerequest, Sink, Snapshot, Start, UpdateSpeed, Venue, VenueKind,
 };
 pub use values::{
     DepthLimit, IexSession, MoldSession, MulticastGroup, Name, PowerOfTwo, SoupLogin, Symbol, Url,

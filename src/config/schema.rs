@@ -275,8 +275,8 @@ pub struct Channel<S> {
     /// The session expected first (not a filter): its datagrams are taken at once, any
     /// other session only once confirmed; `None` adopts the first one seen, once confirmed.
     pub session: Option<S>,
-    /// Re-request servers, tried in order.
-    pub rerequest: Vec<SocketAddrV4>,
+    /// Where re-requests go, tried in order: venue servers and JetStream streams.
+    pub rerequest: Vec<Rerequest>,
     /// Where a snapshot comes from when re-requests cannot close a gap.
     pub snapshot: Option<Snapshot>,
     /// `SO_RCVBUF` in bytes.
@@ -287,6 +287,28 @@ impl<S> Channel<S> {
     /// The first line's group (every valid channel has one).
     pub fn group(&self) -> Option<MulticastGroup> {
         self.lines.first().map(|l| l.group)
+    }
+}
+
+/// One entry of a channel's `rerequest` list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Rerequest {
+    /// A venue's re-request server: 20-byte requests over UDP, answered with datagrams of
+    /// the channel's wire.
+    Server(SocketAddrV4),
+    /// The JetStream stream of the nats sink named (by its `stream`): what a peer instance
+    /// published there is read back as if a re-request server answered
+    /// (`"jetstream"`, or `"jetstream:STREAM"` where there are several nats sinks).
+    JetStream(String),
+}
+
+impl Rerequest {
+    /// The venue server's address; `None` for a JetStream entry.
+    pub fn server(&self) -> Option<SocketAddrV4> {
+        match self {
+            Rerequest::Server(addr) => Some(*addr),
+            Rerequest::JetStream(_) => None,
+        }
     }
 }
 

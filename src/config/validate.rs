@@ -15,7 +15,9 @@ use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
-use super::schema::{Daemon, Idle, LogFormat, LogLevel, NatsSink, Sink, Venue};
+use super::schema::{
+    Daemon, Idle, LogFormat, LogLevel, NatsSink, Rerequest, Sink, Venue, VenueKind,
+};
 use super::values::{PowerOfTwo, keyword_enum};
 use super::venue;
 
@@ -61,11 +63,106 @@ pub(super) fn config(raw: &RawConfig, report: &mut Report<'_>) -> Option<Config>
     };
     let venues = venues(&raw.venue, report);
     let sinks = sinks(&raw.sink, report);
+    let mut venues = venues?;
+    let sinks = sinks?;
+    jetstream_sources(raw, &mut venues, &sinks, report)?;
     Some(Config {
         daemon: daemon?,
-        venues: venues?,
-        sinks: sinks?,
+        venues,
+        sinks,
     })
+}
+
+/// Resolves every `rerequest` entry that reads JetStream to the nats sink it names: the
+/// only one for `"jetstream"`, the one with that `stream` for `"jetstream:STREAM"`.
+fn jetstream_sources(
+    raw: &RawConfig,
+    venues: &mut [Venue],
+    sinks: &[Sink],
+    report: &mut Report<'_>,
+) -> Option<()> {
+    let streams: Vec<&str> = sinks
+        .iter()
+        .filter_map(|s| match s {
+            Sink::Nats(n) => Some(n.stream.as_str()),
+            _ => None,
+        })
+        .collect();
+    let raw_venues = raw
+        .venue
+        .as_ref()
+        .map(|l| l.get_ref().as_slice())
+        .unwrap_or(&[]);
+    let mut ok = true;
+    for (v, (venue, raw_venue)) in venues.iter_mut().zip(raw_venues).enumerate() {
+        let channels = match &mut venue.kind {
+            VenueKind::MoldUdp64 { channels, .. } => channels
+                .iter_mut()
+                .map(|c| &mut c.rerequest)
+                .collect::<Vec<_>>(),
+            VenueKind::IexTp { channels, .. } => channels
+                .iter_mut()
+                .map(|c| &mut c.rerequest)
+                .collect::<Vec<_>>(),
+            VenueKind::Binance { .. } => continue,
+        };
+        let raw_channels = raw_venue
+            .get_ref()
+            .channel
+            .as_ref()
+            .map(|l| l.get_ref().as_slice())
+            .unwrap_or(&[]);
+        for (c, (entries, raw_channel)) in channels.into_iter().zip(raw_channels).enumerate() {
+            let raw_entries = raw_channel
+                .get_ref()
+                .rerequest
+                .as_ref()
+                .map(|l| l.get_ref().as_slice())
+                .unwrap_or(&[]);
+            for (i, (entry, raw_entry)) in entries.iter_mut().zip(raw_entries).enumerate() {
+                let Rerequest::JetStream(named) = entry else {
+                    continue;
+                };
+                let found = if named.is_empty() {
+                    match streams.as_slice() {
+                        [only] => Ok(*only),
+                        [] => Err("there is no nats sink".to_string()),
+                        several => Err(format!(
+                            "there are {} nats sinks ({}): which one is not said",
+                            several.len(),
+                            several.join(", ")
+                        )),
+                    }
+                } else if streams.contains(&named.as_str()) {
+                    Ok(named.as_str())
+                } else {
+                    Err(format!("no nats sink has stream {named:?}"))
+                };
+                match found {
+                    Ok(stream) => *named = stream.to_string(),
+                    Err(why) => {
+                        ok = false;
+                        let path = Path::root()
+                            .key("venue")
+                            .index(v)
+                            .key("channel")
+                            .index(c)
+                            .key("rerequest")
+                            .index(i);
+                        report.push(
+                            ErrorKind::InvalidValue,
+                            &raw_entry.span(),
+                            &path,
+                            format!("{} reads JetStream, but {why}", report.quote(&raw_entry.span())),
+                            "\"jetstream\" with one [[sink]] kind = \"nats\", or \"jetstream:STREAM\" \
+                             naming one by its `stream`",
+                        );
+                    }
+                }
+            }
+        }
+    }
+    ok.then_some(())
 }
 
 fn daemon(table: &Spanned<RawDaemon>, report: &mut Report<'_>) -> Option<Daemon> {

@@ -85,7 +85,7 @@ pub fn start_mold_simulators(
                 duplicate: 0.005,
                 ..FaultConfig::default()
             };
-            if let Some(server) = channel.rerequest.first() {
+            if let Some(server) = channel.rerequest.iter().find_map(|r| r.server()) {
                 cfg.rerequest_port = server.port();
             }
             if let Some(Snapshot::SoupBinTcp { addr, login }) = &channel.snapshot {

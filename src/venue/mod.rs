@@ -510,7 +510,21 @@ impl AnyVenue {
     ///
     /// A [`BuildError`] when the settings do not make a valid venue.
     pub fn from_config(config: &VenueConfig, stream_base: u16) -> Result<Self, BuildError> {
-        if let Some(spec) = udp::spec_from_config(config, stream_base) {
+        Self::from_config_with(config, stream_base, &|_, _| None)
+    }
+
+    /// [`AnyVenue::from_config`], with the local addresses that answer its channels'
+    /// `"jetstream"` re-request entries (see [`udp::JetStreamServers`]).
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] when the settings do not make a valid venue.
+    pub fn from_config_with(
+        config: &VenueConfig,
+        stream_base: u16,
+        jetstream: udp::JetStreamServers<'_>,
+    ) -> Result<Self, BuildError> {
+        if let Some(spec) = udp::spec_from_config_with(config, stream_base, jetstream) {
             return Ok(Self::Udp(UdpVenue::new(config.name.as_str(), spec)));
         }
         let venue = binance::BinanceVenue::from_config(config, stream_base).map_err(|source| {
@@ -528,10 +542,26 @@ impl AnyVenue {
     ///
     /// The first [`BuildError`].
     pub fn all_from_config(config: &Config) -> Result<Vec<Self>, BuildError> {
+        Self::all_from_config_with(config, &|_, _, _| None)
+    }
+
+    /// [`AnyVenue::all_from_config`], with the local addresses that answer `"jetstream"`
+    /// re-request entries: given the venue's name, the nats sink's stream and the
+    /// channel's name.
+    ///
+    /// # Errors
+    ///
+    /// The first [`BuildError`].
+    pub fn all_from_config_with(
+        config: &Config,
+        jetstream: &dyn Fn(&str, &str, &str) -> Option<SocketAddr>,
+    ) -> Result<Vec<Self>, BuildError> {
         let mut base = 0u16;
         let mut venues = Vec::with_capacity(config.venues.len());
         for v in &config.venues {
-            venues.push(Self::from_config(v, base)?);
+            let name = v.name.as_str();
+            let servers = |stream: &str, channel: &str| jetstream(name, stream, channel);
+            venues.push(Self::from_config_with(v, base, &servers)?);
             base = base.saturating_add(u16::try_from(v.kind.stream_count()).unwrap_or(u16::MAX));
         }
         Ok(venues)

@@ -766,3 +766,83 @@ fn held_datagrams_is_read_and_bounded() {
         "8",
     );
 }
+
+#[test]
+fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
+    use gapless::config::{Rerequest, Sink, VenueKind};
+    let rerequest = |config: &Config| match &config.venues[0].kind {
+        VenueKind::MoldUdp64 { channels, .. } => channels[0].rerequest.clone(),
+        other => panic!("not moldudp64: {other:?}"),
+    };
+    let one = edit(&[(
+        "rerequest = [\"10.1.9.1:18000\"]",
+        "rerequest = [\"10.1.9.1:18000\", \"jetstream\"]",
+    )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n";
+    let config = Config::parse(&one, FILE).expect("valid");
+    assert_eq!(
+        rerequest(&config),
+        [
+            Rerequest::Server("10.1.9.1:18000".parse().unwrap()),
+            Rerequest::JetStream("FEED".into())
+        ]
+    );
+    // The venue gets the address that answers for it, in the order written.
+    let answerer: std::net::SocketAddr = "127.0.0.1:4999".parse().unwrap();
+    let spec = gapless::venue::udp::spec_from_config_with(&config.venues[0], 0, &|stream, channel| {
+        (stream == "FEED" && channel == "itch-a").then_some(answerer)
+    })
+    .expect("a udp venue");
+    assert_eq!(
+        spec.channels[0].rerequest,
+        ["10.1.9.1:18000".parse().unwrap(), answerer]
+    );
+    // Without one, the entry is left out.
+    let spec = gapless::venue::udp::spec_from_config(&config.venues[0], 0).expect("a udp venue");
+    assert_eq!(spec.channels[0].rerequest.len(), 1);
+
+    // Two nats sinks: the entry names one of them by its stream.
+    let two = |entry: &str| {
+        edit(&[(
+            "rerequest = [\"10.1.9.1:18000\"]",
+            &format!("rerequest = [\"{entry}\"]"),
+        )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"A\"\n\
+               \n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4223\"\nstream = \"B\"\n"
+    };
+    let config = Config::parse(&two("jetstream:B"), FILE).expect("valid");
+    assert_eq!(rerequest(&config), [Rerequest::JetStream("B".into())]);
+    assert_eq!(config.sinks.iter().filter(|s| matches!(s, Sink::Nats(_))).count(), 2);
+    let message = single(
+        &two("jetstream"),
+        ErrorKind::InvalidValue,
+        "12:16",
+        "venue[0].channel[0].rerequest[0]",
+        "\"jetstream:STREAM\"",
+    );
+    assert!(message.contains("there are 2 nats sinks (A, B)"), "{message}");
+    let message = single(
+        &two("jetstream:C"),
+        ErrorKind::InvalidValue,
+        "12:16",
+        "venue[0].channel[0].rerequest[0]",
+        "\"jetstream:STREAM\"",
+    );
+    assert!(message.contains("no nats sink has stream \"C\""), "{message}");
+    // No nats sink at all.
+    let message = single(
+        &edit(&[(
+            "rerequest = [\"10.1.9.1:18000\"]",
+            "rerequest = [\"jetstream\"]",
+        )]),
+        ErrorKind::InvalidValue,
+        "12:16",
+        "venue[0].channel[0].rerequest[0]",
+        "[[sink]] kind = \"nats\"",
+    );
+    assert!(message.contains("there is no nats sink"), "{message}");
+    // The same entry twice is a duplicate, like a server twice.
+    let errors = errors(&(edit(&[(
+        "rerequest = [\"10.1.9.1:18000\"]",
+        "rerequest = [\"jetstream\", \"jetstream\"]",
+    )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"));
+    assert_eq!(errors.errors()[0].kind, ErrorKind::Duplicate, "{errors}");
+}

@@ -31,7 +31,13 @@ fn venue_hosts(venue: &Venue) -> Vec<String> {
                     hosts.push(line.interface.to_string());
                     hosts.extend(line.source.map(|ip| ip.to_string()));
                 }
-                hosts.extend(channel.rerequest.iter().map(|a| a.ip().to_string()));
+                hosts.extend(
+                    channel
+                        .rerequest
+                        .iter()
+                        .filter_map(|r| r.server())
+                        .map(|a| a.ip().to_string()),
+                );
                 if let Some(Snapshot::SoupBinTcp { addr, .. }) = &channel.snapshot {
                     hosts.push(addr.ip().to_string());
                 }
@@ -43,7 +49,13 @@ fn venue_hosts(venue: &Venue) -> Vec<String> {
                     hosts.push(line.interface.to_string());
                     hosts.extend(line.source.map(|ip| ip.to_string()));
                 }
-                hosts.extend(channel.rerequest.iter().map(|a| a.ip().to_string()));
+                hosts.extend(
+                    channel
+                        .rerequest
+                        .iter()
+                        .filter_map(|r| r.server())
+                        .map(|a| a.ip().to_string()),
+                );
             }
         }
         VenueKind::Binance {

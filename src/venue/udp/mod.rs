@@ -36,7 +36,10 @@ use payload::PacketArena;
 use recovery::Requester;
 use snapshot::Phase;
 
-pub use spec::{ChannelSpec, FeedSpec, LineSpec, Resume, SnapshotSpec, spec_from_config};
+pub use spec::{
+    ChannelSpec, FeedSpec, JetStreamServers, LineSpec, Resume, SnapshotSpec, spec_from_config,
+    spec_from_config_with,
+};
 pub use wire::{SessionKey, Wire};
 
 use crate::sequencer::{Baseline, Detector, Overflow, SeqRange, StreamConfig, StreamState};

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use super::recovery::RequestPolicy;
 use super::wire::{SessionKey, Wire};
-use crate::config::{self, Channel, Recovery, Snapshot, Start, Venue, VenueKind};
+use crate::config::{self, Channel, Recovery, Rerequest, Snapshot, Start, Venue, VenueKind};
 use crate::time::duration_nanos;
 use crate::venue::GapPolicy;
 
@@ -176,6 +176,21 @@ impl FeedSpec {
 /// The spec of a MoldUDP64 or IEX-TP venue of the configuration (`None` for other kinds),
 /// its consumer stream ids from `stream_base`.
 pub fn spec_from_config(venue: &Venue, stream_base: u16) -> Option<FeedSpec> {
+    spec_from_config_with(venue, stream_base, &|_, _| None)
+}
+
+/// Where a channel's JetStream re-requests go: given the nats sink's stream and the
+/// channel's name, the local address of what answers them for that channel; `None` leaves
+/// the entry out.
+pub type JetStreamServers<'a> = &'a dyn Fn(&str, &str) -> Option<SocketAddr>;
+
+/// [`spec_from_config`], with the addresses that answer its channels' `"jetstream"`
+/// re-request entries.
+pub fn spec_from_config_with(
+    venue: &Venue,
+    stream_base: u16,
+    jetstream: JetStreamServers<'_>,
+) -> Option<FeedSpec> {
     let (wire, start, channels, recovery) = match &venue.kind {
         VenueKind::MoldUdp64 {
             start,
@@ -186,7 +201,7 @@ pub fn spec_from_config(venue: &Venue, stream_base: u16) -> Option<FeedSpec> {
             *start,
             channels
                 .iter()
-                .map(|c| channel_spec(c, c.session.map(|s| SessionKey(*s.as_bytes()))))
+                .map(|c| channel_spec(c, c.session.map(|s| SessionKey(*s.as_bytes())), jetstream))
                 .collect::<Vec<_>>(),
             recovery,
         ),
@@ -199,7 +214,7 @@ pub fn spec_from_config(venue: &Venue, stream_base: u16) -> Option<FeedSpec> {
             *start,
             channels
                 .iter()
-                .map(|c| channel_spec(c, c.session.map(|s| SessionKey::iex(s.0))))
+                .map(|c| channel_spec(c, c.session.map(|s| SessionKey::iex(s.0)), jetstream))
                 .collect(),
             recovery,
         ),
@@ -212,7 +227,11 @@ pub fn spec_from_config(venue: &Venue, stream_base: u16) -> Option<FeedSpec> {
     Some(spec)
 }
 
-fn channel_spec<S>(c: &Channel<S>, session: Option<SessionKey>) -> ChannelSpec {
+fn channel_spec<S>(
+    c: &Channel<S>,
+    session: Option<SessionKey>,
+    jetstream: JetStreamServers<'_>,
+) -> ChannelSpec {
     ChannelSpec {
         name: c.name.as_str().to_string(),
         lines: c
@@ -227,7 +246,14 @@ fn channel_spec<S>(c: &Channel<S>, session: Option<SessionKey>) -> ChannelSpec {
             .collect(),
         session,
         resume: None,
-        rerequest: c.rerequest.iter().map(|a| SocketAddr::V4(*a)).collect(),
+        rerequest: c
+            .rerequest
+            .iter()
+            .filter_map(|r| match r {
+                Rerequest::Server(addr) => Some(SocketAddr::V4(*addr)),
+                Rerequest::JetStream(stream) => jetstream(stream, c.name.as_str()),
+            })
+            .collect(),
         snapshot: c.snapshot.as_ref().map(|s| match s {
             Snapshot::SoupBinTcp { addr, login } => SnapshotSpec {
                 addr: SocketAddr::V4(*addr),
