@@ -25,6 +25,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -33,7 +35,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::config::{Config, Idle, Sink, VenueKind};
+use crate::config::{Config, Idle, NatsSink, Rerequest, Sink, VenueKind};
 use crate::daemon::cursor::CursorKeeper;
 use crate::drive::live::{RxError, RxLoop, RxOptions, RxResult, RxShared, StreamView};
 use crate::io::idle::IdleStrategy;
@@ -44,10 +46,12 @@ use crate::publish::wire::StreamName;
 use crate::publish::{Consumer, Producer, channel};
 use crate::sinks::jsonl::{JsonlSink, JsonlSinkHandle, Rotation};
 use crate::sinks::nats::NatsSinkHandle;
+use crate::sinks::nats_recovery::{JetStreamChannel, JetStreamRecovery};
 use crate::sinks::pcap::PcapSinkHandle;
 use crate::sinks::shm::ShmSink;
 use crate::sinks::unix::{UnixSink, UnixSinkHandle, set_access};
-use crate::venue::{AnyVenue, BuildError, Venue as _, line_name};
+use crate::venue::udp::Wire;
+use crate::venue::{AnyVenue, BuildError, Resume, Venue as _, line_name};
 
 /// Why the daemon could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -162,7 +166,6 @@ impl Daemon {
         let daemon = &self.config.daemon;
         let queue_bytes = daemon.consumer_queue.get().saturating_mul(64).max(1 << 16);
 
-        let mut venues = AnyVenue::all_from_config(&self.config)?;
         let state_dir = daemon.state_directory.clone().or_else(|| {
             // systemd's StateDirectory=; several are separated by colons.
             std::env::var_os("STATE_DIRECTORY")
@@ -177,6 +180,15 @@ impl Daemon {
             .as_deref()
             .map(crate::daemon::cursor::load)
             .unwrap_or_default();
+        // A loopback socket for each channel that reads JetStream as a re-request server:
+        // the venues get its address, the recovery sources (started below) answer on it.
+        let (jetstream_sources, jetstream_addrs) = jetstream_channels(&self.config, &saved)?;
+        let mut venues =
+            AnyVenue::all_from_config_with(&self.config, &|venue, stream, channel| {
+                jetstream_addrs
+                    .get(&(venue.to_string(), stream.to_string(), channel.to_string()))
+                    .copied()
+            })?;
         if let Some(dir) = &state_dir {
             if !saved.is_empty() {
                 crate::log_info!(
@@ -327,6 +339,21 @@ impl Daemon {
             }
         }
 
+        let mut recovery = Vec::new();
+        for (settings, channels) in jetstream_sources {
+            let source = crate::sinks::nats_recovery::start(&settings, channels).map_err(|e| {
+                DaemonError::Sink {
+                    path: PathBuf::from(format!("jetstream:{}", settings.stream)),
+                    source: Box::new(e),
+                }
+            })?;
+            registry.add_jetstream_recovery(
+                &format!("nats:{}", settings.stream),
+                Arc::clone(source.counters()),
+            );
+            recovery.push(source);
+        }
+
         let cursors = match &state_dir {
             None => None,
             Some(dir) => {
@@ -451,6 +478,7 @@ impl Daemon {
             jsonl,
             unix,
             nats,
+            recovery,
             cursors,
             names,
             registry,
@@ -464,6 +492,80 @@ impl Daemon {
 /// checks).
 fn stream_ids(streams: usize) -> impl Iterator<Item = u16> {
     (0..=u16::MAX).take(streams)
+}
+
+/// A channel's JetStream sockets, by the nats sink they read, and their addresses by
+/// (venue, nats stream, channel).
+type JetStreamChannels = (
+    Vec<(NatsSink, Vec<JetStreamChannel>)>,
+    HashMap<(String, String, String), SocketAddr>,
+);
+
+/// Binds a loopback socket for every channel whose `rerequest` list reads JetStream; a
+/// channel with a resume cursor in `saved` reads from it ahead.
+fn jetstream_channels(
+    config: &Config,
+    saved: &HashMap<(String, String), Resume>,
+) -> Result<JetStreamChannels, DaemonError> {
+    let mut sources: Vec<(NatsSink, Vec<JetStreamChannel>)> = Vec::new();
+    let mut addrs = HashMap::new();
+    for venue in &config.venues {
+        let (wire, channels): (Wire, Vec<(&str, &[Rerequest])>) = match &venue.kind {
+            VenueKind::MoldUdp64 { channels, .. } => (
+                Wire::MoldUdp64,
+                channels
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.rerequest.as_slice()))
+                    .collect(),
+            ),
+            VenueKind::IexTp { channels, .. } => (
+                Wire::IexTp,
+                channels
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.rerequest.as_slice()))
+                    .collect(),
+            ),
+            VenueKind::Binance { .. } => continue,
+        };
+        for (channel, entries) in channels {
+            for entry in entries {
+                let Rerequest::JetStream(stream) = entry else {
+                    continue;
+                };
+                let Some(settings) = config.sinks.iter().find_map(|s| match s {
+                    Sink::Nats(n) if n.stream == *stream => Some(&**n),
+                    _ => None,
+                }) else {
+                    continue;
+                };
+                let key = (
+                    venue.name.as_str().to_string(),
+                    stream.clone(),
+                    channel.to_string(),
+                );
+                if addrs.contains_key(&key) {
+                    continue;
+                }
+                let bound = JetStreamChannel::bind(settings, venue.name.as_str(), channel, wire)
+                    .and_then(|mut c| {
+                        c.warm = saved
+                            .get(&(venue.name.as_str().to_string(), channel.to_string()))
+                            .map(|r| (r.label.clone(), r.next));
+                        Ok((c.local_addr()?, c))
+                    });
+                let (addr, bound) = bound.map_err(|e| DaemonError::Sink {
+                    path: PathBuf::from(format!("jetstream:{stream}")),
+                    source: Box::new(e),
+                })?;
+                addrs.insert(key, addr);
+                match sources.iter_mut().find(|(s, _)| s.stream == *stream) {
+                    Some((_, list)) => list.push(bound),
+                    None => sources.push((settings.clone(), vec![bound])),
+                }
+            }
+        }
+    }
+    Ok((sources, addrs))
 }
 
 /// The stream names of a venue, in channel or symbol order.
@@ -490,6 +592,7 @@ pub struct Running {
     jsonl: Vec<JsonlSinkHandle>,
     unix: Vec<UnixSinkHandle>,
     nats: Vec<NatsSinkHandle>,
+    recovery: Vec<JetStreamRecovery>,
     cursors: Option<CursorKeeper>,
     names: StreamNames,
     registry: Arc<Registry>,
@@ -568,6 +671,10 @@ impl Running {
         };
         // Dropping the fan-out closes every queue: the sinks drain what is left, then end.
         drop(fanout);
+        // Nothing asks JetStream for anything once the rx loop is over.
+        for source in self.recovery.drain(..) {
+            source.stop();
+        }
         for handle in self.jsonl {
             handle.stop().map_err(|e| DaemonError::Sink {
                 path: PathBuf::from("jsonl"),

@@ -54,6 +54,7 @@ use std::time::Duration;
 use crate::publish::{QueueStats, StreamState};
 use crate::sinks::UnixCounters;
 use crate::sinks::nats::NatsCounters;
+use crate::sinks::nats_recovery::RecoveryCounters;
 use crate::sinks::shm::ShmCounters;
 use exposition::{Family, Kind, Value};
 
@@ -89,6 +90,7 @@ pub struct Registry {
     rings: Mutex<Vec<(String, Arc<ShmCounters>)>>,
     sockets: Mutex<Vec<(String, Arc<UnixCounters>)>>,
     nats: Mutex<Vec<(String, Arc<NatsCounters>)>>,
+    recovery: Mutex<Vec<(String, Arc<RecoveryCounters>)>>,
     lines: Mutex<Vec<line::LineEntry>>,
     rx_cycle: Arc<AtomicHistogram>,
     process: Arc<ProcessMetrics>,
@@ -125,6 +127,7 @@ impl Registry {
             rings: Mutex::new(Vec::new()),
             sockets: Mutex::new(Vec::new()),
             nats: Mutex::new(Vec::new()),
+            recovery: Mutex::new(Vec::new()),
             lines: Mutex::new(Vec::new()),
             rx_cycle: Arc::new(AtomicHistogram::new()),
             process: Arc::new(ProcessMetrics::new()),
@@ -175,6 +178,12 @@ impl Registry {
             name: escape_label(name),
             stats,
         });
+    }
+
+    /// Registers a JetStream recovery source, by its nats sink's name, for the
+    /// re-requests it answered and did not.
+    pub fn add_jetstream_recovery(&self, name: &str, counters: Arc<RecoveryCounters>) {
+        lock(&self.recovery).push((escape_label(name), counters));
     }
 
     /// Registers a nats sink, by name, for its publishes, acknowledgements and latency.
@@ -269,6 +278,7 @@ impl Registry {
         families.extend(ring_families(&lock(&self.rings)));
         families.extend(socket_families(&lock(&self.sockets)));
         families.extend(nats_families(&lock(&self.nats)));
+        families.extend(recovery_families(&lock(&self.recovery)));
         families.extend(line::line_families(&lock(&self.lines)));
 
         let mut cycle = Family::new(
@@ -639,6 +649,61 @@ fn nats_families(sinks: &[(String, Arc<NatsCounters>)]) -> Vec<Family> {
     }
     families.push(latency);
     families
+}
+
+fn recovery_families(sources: &[(String, Arc<RecoveryCounters>)]) -> Vec<Family> {
+    if sources.is_empty() {
+        return Vec::new();
+    }
+    let series: [LabelledSeries<RecoveryCounters>; 7] = [
+        (
+            "gapless_jetstream_recovery_requests_total",
+            "Re-requests sent to JetStream as a re-request server.",
+            Kind::Counter,
+            RecoveryCounters::requests,
+        ),
+        (
+            "gapless_jetstream_recovery_answers_total",
+            "Re-requests answered from JetStream.",
+            Kind::Counter,
+            RecoveryCounters::answers,
+        ),
+        (
+            "gapless_jetstream_recovery_messages_total",
+            "Messages read back from JetStream in answers.",
+            Kind::Counter,
+            RecoveryCounters::messages,
+        ),
+        (
+            "gapless_jetstream_recovery_unanswered_total",
+            "Re-requests not answered: JetStream held no copy of their first message.",
+            Kind::Counter,
+            RecoveryCounters::unanswered,
+        ),
+        (
+            "gapless_jetstream_recovery_refused_total",
+            "Datagrams on a JetStream recovery socket that were not re-requests.",
+            Kind::Counter,
+            RecoveryCounters::refused,
+        ),
+        (
+            "gapless_jetstream_recovery_failures_total",
+            "Connections, searches and reads of JetStream that failed or ran past their deadline.",
+            Kind::Counter,
+            RecoveryCounters::failures,
+        ),
+        (
+            "gapless_jetstream_recovery_connected",
+            "1 while the JetStream recovery source is connected to a NATS server.",
+            Kind::Gauge,
+            RecoveryCounters::connected,
+        ),
+    ];
+    let entries: Vec<(&str, &RecoveryCounters)> = sources
+        .iter()
+        .map(|(name, counters)| (name.as_str(), &**counters))
+        .collect();
+    labelled_families(&series, "sink", &entries)
 }
 
 fn histogram(snapshot: &HistogramSnapshot, (lo, hi): (u32, u32)) -> Value {

@@ -12,6 +12,7 @@
 
 pub mod jsonl;
 pub mod nats;
+pub mod nats_recovery;
 pub mod pcap;
 pub mod shm;
 pub mod unix;

@@ -71,7 +71,7 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 pub const RETRY_MAX: Duration = Duration::from_secs(2);
 const RETRY_MIN: Duration = Duration::from_millis(50);
 /// Longest wait for a connection, and for the stream's creation or check.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest time a stopping sink keeps publishing what is queued and awaiting acknowledgements.
 pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// Events taken off the queue before acknowledgements are looked at.
@@ -223,7 +223,7 @@ pub fn start(
 }
 
 /// `text` with every character outside a subject token's safe alphabet replaced by `_`.
-fn token(text: &str) -> String {
+pub(crate) fn token(text: &str) -> String {
     let t: String = text
         .chars()
         .map(|c| {
@@ -273,6 +273,21 @@ impl StreamInfo {
     }
 }
 
+/// The `Gapless-Epoch` header value of an epoch label: printable ASCII and spaces kept,
+/// anything else `?`.
+pub(crate) fn epoch_header(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
 /// `base` and then `seq`, in one allocation: a message's id, made once a message.
 fn message_id(base: &str, seq: u64) -> String {
     use std::fmt::Write as _;
@@ -291,6 +306,58 @@ fn shared_headers(kind: &str, epoch: &str, state: StreamState, instance: &str) -
     h.insert(STATE, state.as_str());
     h.insert(INSTANCE, instance);
     h
+}
+
+/// The options of a connection to `settings`' servers, made and dropped by gapless
+/// itself: the client's own reconnection is off (a dropped connection sets `lost`, and the
+/// owner connects again on a new client). `who` names the owner in log lines.
+pub(crate) async fn connect_options(
+    settings: &Settings,
+    lost: Arc<AtomicBool>,
+    who: &'static str,
+) -> std::io::Result<async_nats::ConnectOptions> {
+    let url = settings.url.clone();
+    let first = AtomicBool::new(true);
+    let mut options = async_nats::ConnectOptions::new()
+        .name(format!("gapless-{}", settings.instance))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .request_timeout(Some(ACK_TIMEOUT))
+        // The owner reconnects itself, on a new client: the client's own reconnection
+        // would first send what it buffered, ahead of the publishes that went missing.
+        .max_reconnects(Some(1))
+        .reconnect_delay_callback(move |_| {
+            // The first call is for the first connection: at once. The next one is for
+            // the client's own reconnection, which this runtime does not live to see.
+            if first.swap(false, Ordering::Relaxed) {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(3600)
+            }
+        })
+        .event_callback(move |event| {
+            let lost = Arc::clone(&lost);
+            let url = url.clone();
+            async move {
+                match event {
+                    async_nats::Event::Disconnected => {
+                        lost.store(true, Ordering::Release);
+                        crate::log_warn!("{who}: disconnected from {url}; connecting again");
+                    }
+                    async_nats::Event::Connected => {}
+                    other => crate::log_warn!("{who} {url}: {other}"),
+                }
+            }
+        });
+    if let Some(path) = &settings.creds {
+        options = options.credentials_file(path).await?;
+    }
+    if let Some(ca) = &settings.tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let Some((cert, key)) = &settings.tls_client {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(options)
 }
 
 type AckFuture =
@@ -334,17 +401,17 @@ impl Fields {
     }
 }
 
-const KIND: HeaderName = HeaderName::from_static("Gapless-Kind");
-const SEQ: HeaderName = HeaderName::from_static("Gapless-Seq");
+pub(crate) const KIND: HeaderName = HeaderName::from_static("Gapless-Kind");
+pub(crate) const SEQ: HeaderName = HeaderName::from_static("Gapless-Seq");
 const FIRST: HeaderName = HeaderName::from_static("Gapless-First");
 const LAST: HeaderName = HeaderName::from_static("Gapless-Last");
 const RECV_NS: HeaderName = HeaderName::from_static("Gapless-Recv-Ns");
-const SNAPSHOT: HeaderName = HeaderName::from_static("Gapless-Snapshot");
+pub(crate) const SNAPSHOT: HeaderName = HeaderName::from_static("Gapless-Snapshot");
 const FROM: HeaderName = HeaderName::from_static("Gapless-From");
 const TO: HeaderName = HeaderName::from_static("Gapless-To");
 const NEXT: HeaderName = HeaderName::from_static("Gapless-Next");
 const EVENTS: HeaderName = HeaderName::from_static("Gapless-Events");
-const EPOCH: HeaderName = HeaderName::from_static("Gapless-Epoch");
+pub(crate) const EPOCH: HeaderName = HeaderName::from_static("Gapless-Epoch");
 const STATE: HeaderName = HeaderName::from_static("Gapless-State");
 const INSTANCE: HeaderName = HeaderName::from_static("Gapless-Instance");
 
@@ -624,7 +691,7 @@ impl Publisher {
     /// Connects and creates or checks the stream; `None` (logged) when either fails.
     async fn connect(&mut self) -> Option<Session> {
         let lost = Arc::new(AtomicBool::new(false));
-        let options = match self.options(Arc::clone(&lost)).await {
+        let options = match connect_options(&self.settings, Arc::clone(&lost), "nats sink").await {
             Ok(options) => options,
             Err(e) => {
                 self.log_failure(Failure::Connect, format_args!("credentials: {e}"));
@@ -672,54 +739,6 @@ impl Publisher {
             context,
             lost,
         })
-    }
-
-    async fn options(&self, lost: Arc<AtomicBool>) -> std::io::Result<async_nats::ConnectOptions> {
-        let url = self.settings.url.clone();
-        let first = AtomicBool::new(true);
-        let mut options = async_nats::ConnectOptions::new()
-            .name(format!("gapless-{}", self.settings.instance))
-            .connection_timeout(CONNECT_TIMEOUT)
-            .request_timeout(Some(ACK_TIMEOUT))
-            // The sink reconnects itself, on a new client: the client's own reconnection
-            // would first send what it buffered, ahead of the publishes that went missing.
-            .max_reconnects(Some(1))
-            .reconnect_delay_callback(move |_| {
-                // The first call is for the first connection: at once. The next one is for
-                // the client's own reconnection, which this runtime does not live to see.
-                if first.swap(false, Ordering::Relaxed) {
-                    Duration::ZERO
-                } else {
-                    Duration::from_secs(3600)
-                }
-            })
-            .event_callback(move |event| {
-                let lost = Arc::clone(&lost);
-                let url = url.clone();
-                async move {
-                    match event {
-                        async_nats::Event::Disconnected => {
-                            lost.store(true, Ordering::Release);
-                            crate::log_warn!(
-                                "nats sink: disconnected from {url}; connecting again, and \
-                                 unacknowledged publishes will be sent again"
-                            );
-                        }
-                        async_nats::Event::Connected => {}
-                        other => crate::log_warn!("nats sink {url}: {other}"),
-                    }
-                }
-            });
-        if let Some(path) = &self.settings.creds {
-            options = options.credentials_file(path).await?;
-        }
-        if let Some(ca) = &self.settings.tls_ca {
-            options = options.add_root_certificates(ca.clone()).require_tls(true);
-        }
-        if let Some((cert, key)) = &self.settings.tls_client {
-            options = options.add_client_certificate(cert.clone(), key.clone());
-        }
-        Ok(options)
     }
 
     /// Creates the stream when it is missing; warns when an existing one differs.
@@ -1037,17 +1056,7 @@ impl Publisher {
                     info.epoch = token(&text);
                     info.message_id_base = format!("{}.{}.", info.id_prefix, info.epoch);
                     info.templates = [None, None];
-                    info.epoch_header = text
-                        .chars()
-                        .map(|c| {
-                            if c.is_ascii_graphic() || c == ' ' {
-                                c
-                            } else {
-                                '?'
-                            }
-                        })
-                        .collect::<String>()
-                        .into();
+                    info.epoch_header = epoch_header(&text).into();
                     progress = Progress::Epoch(stream_id, text.to_string());
                     let id = format!("{}.epoch.{}", info.id_prefix, info.epoch);
                     (Fields::Epoch, id, Bytes::new())

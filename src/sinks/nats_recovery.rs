@@ -1,0 +1,1035 @@
+//! JetStream as a re-request server: what a peer instance published into a nats sink's
+//! stream, read back for a channel that misses it.
+//!
+//! Two instances on one feed publish into one JetStream stream (the active-active pair of
+//! the nats sink). When one of them misses messages the other stored (it was down, or its
+//! own copies were lost and the venue's re-request server no longer holds them), the
+//! channel can ask JetStream for them like any other re-request server: the `rerequest`
+//! entry `"jetstream"` gives the channel a loopback UDP socket of this module's as one more
+//! server in its list, in the order written. The rx thread sends it the same 20-byte
+//! request it sends a venue's server and takes the answer like any other answer; nothing
+//! here runs on the rx thread, and nothing on it waits for JetStream.
+//!
+//! A request (session, first sequence, count) is answered with one datagram of the
+//! channel's wire (MoldUDP64 or IEX-TP) holding the messages from `first` on, in order and
+//! with no hole, as many as the request asks for and fit [`ANSWER_BYTES`]; the payloads are
+//! the bytes JetStream stored, untouched. The messages are those published on the channel's
+//! subject (`<prefix>.<venue>.<stream>`) with `Gapless-Kind: message`, no
+//! `Gapless-Snapshot`, the request's session as `Gapless-Epoch` and their sequence in
+//! `Gapless-Seq`. A request whose first message JetStream does not hold gets no answer, as
+//! from a venue server: the channel's timeout and retry budget move it on to its next
+//! server or to its gap policy.
+//!
+//! # Reading the stream
+//!
+//! Messages are read ahead into a cache (at most [`CACHE_BYTES`] of payload, the oldest
+//! sequences dropped first) by an ephemeral pull consumer on the channel's subject. Where it
+//! starts is found by a binary search over the stream's sequence numbers with
+//! `STREAM.MSG.GET` (`next_by_subj`), on the order the nats sink guarantees: a subject's
+//! messages of one session are stored in sequence order, and a session's messages come after
+//! those of the sessions before it. The search runs only when the subject's last message is
+//! of the request's session and at or past its first sequence, so a session that is over is
+//! not searched for. A request that follows the consumer's position is answered by reading
+//! on; every read has a deadline ([`FILL_DEADLINE`]).
+//!
+//! Every request, answer, unanswered request and failure is counted
+//! ([`RecoveryCounters`], `gapless_jetstream_recovery_*`), and failures and unanswered
+//! requests are logged at most every [`LOG_EVERY`] with how many there were.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream::Stream as JsStream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use crate::config::NatsSink as Settings;
+use crate::protocol::iex_tp;
+use crate::protocol::moldudp64::{self, Request, Session};
+use crate::sinks::SinkError;
+use crate::sinks::nats::{
+    CONNECT_TIMEOUT, EPOCH, KIND, RETRY_MAX, SEQ, SNAPSHOT, connect_options, epoch_header, token,
+};
+use crate::venue::EpochLabel;
+use crate::venue::udp::{SessionKey, Wire};
+
+/// The longest answer: what a channel's receive buffer takes whole.
+pub const ANSWER_BYTES: usize = 2048;
+/// Payload bytes kept read ahead per channel at most.
+pub const CACHE_BYTES: usize = 32 << 20;
+/// Messages read past a request's first at most, and past a resume cursor before any
+/// request comes.
+pub const READ_AHEAD: u64 = 16_384;
+/// A request further than this past the consumer's position starts a new search.
+const MAX_SKIP: u64 = 200_000;
+/// Messages the consumer fetches in one pull.
+const BATCH: usize = 4096;
+/// The longest one request waits for JetStream (a search, a consumer, the reader getting
+/// to it) before it goes unanswered.
+pub const FILL_DEADLINE: Duration = Duration::from_secs(1);
+/// A consumer that delivers nothing for this long has reached the stream's end for now.
+const IDLE_END: Duration = Duration::from_millis(50);
+/// How often a waiting channel looks at the stop flag and the connection.
+const POLL: Duration = Duration::from_millis(100);
+/// Non-message events skipped forward at most when a probe lands on one.
+const MAX_EVENT_SKIP: usize = 16;
+/// A failure of one kind, or unanswered requests, are logged at most this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// One channel that reads JetStream: its socket (the address its `"jetstream"` entry
+/// became) and where its messages are.
+#[derive(Debug)]
+pub struct JetStreamChannel {
+    /// The venue's name, for logs.
+    pub venue: String,
+    /// The channel's (consumer stream's) name, for logs.
+    pub channel: String,
+    /// The subject its messages are published on: `<prefix>.<venue>.<stream>` as the nats
+    /// sink makes it.
+    pub subject: String,
+    /// The wire its answers are written in.
+    pub wire: Wire,
+    /// Bound to a loopback port ([`bind_local`]); requests arrive here.
+    pub socket: UdpSocket,
+    /// The channel's resume cursor (epoch label, next sequence) after a restart: what
+    /// JetStream holds from there on is read before the first request comes, since the
+    /// hole the restart left is asked for first.
+    pub warm: Option<(String, u64)>,
+}
+
+impl JetStreamChannel {
+    /// A channel of `venue` whose consumer stream is `stream`, on a new loopback socket,
+    /// publishing under `settings`' subject prefix.
+    ///
+    /// # Errors
+    ///
+    /// When no loopback port can be bound.
+    pub fn bind(
+        settings: &Settings,
+        venue: &str,
+        stream: &str,
+        wire: Wire,
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            venue: venue.to_string(),
+            channel: stream.to_string(),
+            subject: format!(
+                "{}.{}.{}",
+                settings.subject_prefix,
+                token(venue),
+                token(stream)
+            ),
+            wire,
+            socket: bind_local()?,
+            warm: None,
+        })
+    }
+
+    /// The address requests go to.
+    ///
+    /// # Errors
+    ///
+    /// When the socket has none.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+}
+
+/// A UDP socket on `127.0.0.1` with a port of the kernel's choosing.
+///
+/// # Errors
+///
+/// When none can be bound.
+pub fn bind_local() -> std::io::Result<UdpSocket> {
+    UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+}
+
+/// What a JetStream recovery source did, read by the metrics exporter.
+#[derive(Debug, Default)]
+pub struct RecoveryCounters {
+    requests: AtomicU64,
+    answers: AtomicU64,
+    messages: AtomicU64,
+    unanswered: AtomicU64,
+    refused: AtomicU64,
+    failures: AtomicU64,
+    connected: AtomicU64,
+}
+
+impl RecoveryCounters {
+    /// Re-requests received.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+    /// Answers sent.
+    pub fn answers(&self) -> u64 {
+        self.answers.load(Ordering::Relaxed)
+    }
+    /// Messages sent in answers.
+    pub fn messages(&self) -> u64 {
+        self.messages.load(Ordering::Relaxed)
+    }
+    /// Requests not answered: JetStream holds no copy of their first message.
+    pub fn unanswered(&self) -> u64 {
+        self.unanswered.load(Ordering::Relaxed)
+    }
+    /// Requests that were not 20-byte re-requests, or asked for no message.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+    /// Connections, searches and reads that failed or ran past their deadline.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+    /// 1 while connected to a NATS server.
+    pub fn connected(&self) -> u64 {
+        self.connected.load(Ordering::Relaxed)
+    }
+}
+
+/// A running JetStream recovery source; stops when dropped.
+#[derive(Debug)]
+pub struct JetStreamRecovery {
+    stop: Arc<AtomicBool>,
+    counters: Arc<RecoveryCounters>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl JetStreamRecovery {
+    /// Its counters.
+    pub fn counters(&self) -> &Arc<RecoveryCounters> {
+        &self.counters
+    }
+
+    /// Stops the thread (within [`POLL`] and the read in progress).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            crate::log_error!("jetstream recovery: its thread panicked");
+        }
+    }
+}
+
+impl Drop for JetStreamRecovery {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts answering `channels`' re-requests from the JetStream stream of the nats sink
+/// `settings`, on a thread of its own.
+///
+/// # Errors
+///
+/// When the thread cannot start.
+pub fn start(
+    settings: &Settings,
+    channels: Vec<JetStreamChannel>,
+) -> Result<JetStreamRecovery, SinkError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(RecoveryCounters::default());
+    let mut source = Source {
+        settings: settings.clone(),
+        responders: channels
+            .into_iter()
+            .map(|channel| Responder {
+                channel,
+                cache: Cache::default(),
+                answer: vec![0; ANSWER_BYTES],
+                counters: Arc::clone(&counters),
+                unanswered_logged: None,
+                unanswered_held: 0,
+            })
+            .collect(),
+        counters: Arc::clone(&counters),
+        stop: Arc::clone(&stop),
+        retry_pause: Duration::from_millis(50),
+        failure_logged: None,
+        failures_held: 0,
+    };
+    let thread = thread::Builder::new()
+        .name("gapless-js-recovery".into())
+        .spawn(move || source.run())?;
+    Ok(JetStreamRecovery {
+        stop,
+        counters,
+        thread: Some(thread),
+    })
+}
+
+/// The thread's state: every channel it answers for, across connections.
+struct Source {
+    settings: Settings,
+    responders: Vec<Responder>,
+    counters: Arc<RecoveryCounters>,
+    stop: Arc<AtomicBool>,
+    retry_pause: Duration,
+    failure_logged: Option<Instant>,
+    failures_held: u64,
+}
+
+impl Source {
+    fn run(&mut self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    self.failure(format_args!("no runtime for a connection: {e}"));
+                    self.sleep(RETRY_MAX);
+                    continue;
+                }
+            };
+            let connected = runtime.block_on(self.session());
+            drop(runtime);
+            self.counters.connected.store(0, Ordering::Relaxed);
+            if !connected {
+                let pause = self.retry_pause;
+                self.retry_pause = (self.retry_pause * 2).min(RETRY_MAX);
+                self.sleep(pause);
+            }
+        }
+    }
+
+    /// Sleeps `d`, waking for the stop flag.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.stop.load(Ordering::Acquire) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            thread::sleep(left.min(POLL));
+        }
+    }
+
+    fn failure(&mut self, what: std::fmt::Arguments<'_>) {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        if rate_limited(&mut self.failure_logged, &mut self.failures_held) {
+            let held = std::mem::take(&mut self.failures_held);
+            crate::log_warn!(
+                "jetstream recovery {} ({}): {what}{}",
+                self.settings.stream,
+                self.settings.url,
+                more(held)
+            );
+        }
+    }
+
+    /// One connection: serves every channel until it drops or the thread stops. False when
+    /// no connection could be made.
+    async fn session(&mut self) -> bool {
+        let lost = Arc::new(AtomicBool::new(false));
+        let options =
+            match connect_options(&self.settings, Arc::clone(&lost), "jetstream recovery").await {
+                Ok(options) => options,
+                Err(e) => {
+                    self.failure(format_args!("credentials: {e}"));
+                    return false;
+                }
+            };
+        let url = self.settings.url.clone();
+        let client =
+            match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(url.as_str())).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => {
+                    self.failure(format_args!("connect failed: {e}"));
+                    return false;
+                }
+                Err(_) => {
+                    self.failure(format_args!("connect timed out after {CONNECT_TIMEOUT:?}"));
+                    return false;
+                }
+            };
+        let context = jetstream::new(client);
+        let stream = match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            context.get_stream(self.settings.stream.as_str()),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                let name = self.settings.stream.clone();
+                self.failure(format_args!("stream {name} could not be read: {e}"));
+                return false;
+            }
+            Err(_) => {
+                let name = self.settings.stream.clone();
+                self.failure(format_args!(
+                    "no answer about stream {name} within {CONNECT_TIMEOUT:?}"
+                ));
+                return false;
+            }
+        };
+        self.retry_pause = Duration::from_millis(50);
+        self.counters.connected.store(1, Ordering::Relaxed);
+        crate::log_info!(
+            "jetstream recovery: connected to {}, answering re-requests of {} channels from \
+             stream {}",
+            self.settings.url,
+            self.responders.len(),
+            self.settings.stream
+        );
+        let stop = &*self.stop;
+        let lost = &*lost;
+        let serving = self
+            .responders
+            .iter_mut()
+            .map(|r| r.serve(&stream, stop, lost));
+        let failures: Vec<Option<String>> = futures_util::future::join_all(serving).await;
+        for why in failures.into_iter().flatten() {
+            self.failure(format_args!("{why}"));
+        }
+        true
+    }
+}
+
+/// True when a line may be logged now (at most every [`LOG_EVERY`]); otherwise counts one
+/// more held back.
+fn rate_limited(logged: &mut Option<Instant>, held: &mut u64) -> bool {
+    let now = Instant::now();
+    if logged.is_none_or(|at| now.duration_since(at) >= LOG_EVERY) {
+        *logged = Some(now);
+        true
+    } else {
+        *held += 1;
+        false
+    }
+}
+
+fn more(held: u64) -> String {
+    if held > 0 {
+        format!(" ({held} more like it since the last report)")
+    } else {
+        String::new()
+    }
+}
+
+/// Messages of one session read ahead, by sequence.
+#[derive(Debug, Default)]
+struct Cache {
+    /// The session's `Gapless-Epoch` value.
+    label: String,
+    messages: BTreeMap<u64, Bytes>,
+    bytes: usize,
+}
+
+impl Cache {
+    /// Empties the cache for another session.
+    fn switch(&mut self, label: &str) {
+        if self.label != label {
+            label.clone_into(&mut self.label);
+            self.messages.clear();
+            self.bytes = 0;
+        }
+    }
+
+    fn insert(&mut self, seq: u64, payload: Bytes) {
+        let len = payload.len();
+        if let Some(old) = self.messages.insert(seq, payload) {
+            self.bytes -= old.len();
+        }
+        self.bytes += len;
+        while self.bytes > CACHE_BYTES {
+            let Some((_, old)) = self.messages.pop_first() else {
+                break;
+            };
+            self.bytes -= old.len();
+        }
+    }
+}
+
+/// One message as the nats sink stored it: `None` for any other event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored<'a> {
+    /// A message of the session `epoch` with its sequence.
+    Message { epoch: &'a str, seq: u64 },
+    /// Any other event (state, gap, epoch, snapshot, overrun), or a snapshot's message.
+    Other { epoch: &'a str },
+}
+
+fn stored(headers: Option<&HeaderMap>) -> Stored<'_> {
+    let get = |name| {
+        headers
+            .and_then(|h| h.get(name))
+            .map(|v: &async_nats::HeaderValue| v.as_str().trim())
+    };
+    let epoch = get(EPOCH).unwrap_or("");
+    let message = get(KIND) == Some("message") && get(SNAPSHOT).is_none();
+    match get(SEQ).and_then(|s| s.parse().ok()) {
+        Some(seq) if message => Stored::Message { epoch, seq },
+        _ => Stored::Other { epoch },
+    }
+}
+
+/// An ephemeral consumer reading the channel's subject forward.
+struct Reader {
+    label: String,
+    messages: consumer::pull::Stream,
+    /// The highest sequence of the session read so far.
+    last: u64,
+    /// Read on until `last` reaches this (what requests asked for, or the read-ahead).
+    target: u64,
+    /// Nothing came for [`IDLE_END`]: the stream's end, for now.
+    idle: bool,
+    /// It read a message of a later session: nothing more of this one will come.
+    ended: bool,
+}
+
+impl Reader {
+    /// True when `first` of the reader's session is ahead of it and near enough to read
+    /// on to.
+    fn reaches(&self, label: &str, first: u64) -> bool {
+        self.label == label && !self.ended && self.last < first && first - self.last <= MAX_SKIP
+    }
+}
+
+/// A request waiting for the reader to reach it.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    session: SessionKey,
+    first: u64,
+    count: u16,
+    from: SocketAddr,
+    until: tokio::time::Instant,
+}
+
+/// Requests waiting at most per channel; beyond them the oldest goes unanswered.
+const MAX_WAITING: usize = 256;
+
+/// One channel's answering side.
+struct Responder {
+    channel: JetStreamChannel,
+    cache: Cache,
+    answer: Vec<u8>,
+    counters: Arc<RecoveryCounters>,
+    unanswered_logged: Option<Instant>,
+    unanswered_held: u64,
+}
+
+/// What one turn of a channel's loop brought.
+enum Turn {
+    Request(usize, SocketAddr),
+    Read(Box<jetstream::Message>),
+    Idle,
+    Failed(String),
+}
+
+impl Responder {
+    /// Answers the channel's requests until the thread stops or the connection drops;
+    /// `Some` names a failure that ended it.
+    ///
+    /// One loop takes requests and reads the consumer as they come: a request whose first
+    /// message the cache holds is answered at once, one ahead of the reader waits (at most
+    /// [`FILL_DEADLINE`]) until the reader gets there, and the others start a search.
+    async fn serve(
+        &mut self,
+        stream: &JsStream,
+        stop: &AtomicBool,
+        lost: &AtomicBool,
+    ) -> Option<String> {
+        use futures_util::future::{Either, select};
+        let socket = match self
+            .channel
+            .socket
+            .try_clone()
+            .and_then(|s| {
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .and_then(tokio::net::UdpSocket::from_std)
+        {
+            Ok(socket) => socket,
+            Err(e) => return Some(format!("channel {}: socket: {e}", self.channel.channel)),
+        };
+        let mut reader: Option<Reader> = None;
+        let mut waiting: Vec<Waiting> = Vec::new();
+        if let Some((label, next)) = self.channel.warm.take() {
+            let label = epoch_header(&label);
+            self.cache.switch(&label);
+            reader = self
+                .open(stream, &label, next, next.saturating_add(READ_AHEAD))
+                .await;
+        }
+        let mut buf = [0u8; 64];
+        loop {
+            if stop.load(Ordering::Acquire) || lost.load(Ordering::Acquire) {
+                return None;
+            }
+            let reading = reader
+                .as_ref()
+                .filter(|r| !r.ended && (r.last < r.target || !waiting.is_empty()));
+            let turn = match (reading.is_some(), reader.as_mut()) {
+                (true, Some(r)) => {
+                    let recv = std::pin::pin!(socket.recv_from(&mut buf));
+                    let next = std::pin::pin!(tokio::time::timeout(IDLE_END, r.messages.next()));
+                    match select(recv, next).await {
+                        Either::Left((Ok((n, from)), _)) => Turn::Request(n, from),
+                        Either::Left((Err(e), _)) => Turn::Failed(format!("receive: {e}")),
+                        Either::Right((Err(_), _)) => Turn::Idle,
+                        Either::Right((Ok(Some(Ok(m))), _)) => Turn::Read(Box::new(m)),
+                        Either::Right((Ok(Some(Err(e))), _)) => {
+                            Turn::Failed(format!("reading the consumer: {e}"))
+                        }
+                        Either::Right((Ok(None), _)) => Turn::Failed("the consumer ended".into()),
+                    }
+                }
+                _ => match tokio::time::timeout(POLL, socket.recv_from(&mut buf)).await {
+                    Err(_) => Turn::Idle,
+                    Ok(Ok((n, from))) => Turn::Request(n, from),
+                    Ok(Err(e)) => {
+                        return Some(format!("channel {}: receive: {e}", self.channel.channel));
+                    }
+                },
+            };
+            match turn {
+                Turn::Request(n, from) => {
+                    self.request(
+                        stream,
+                        &mut reader,
+                        &mut waiting,
+                        buf.get(..n),
+                        from,
+                        &socket,
+                    )
+                    .await;
+                }
+                Turn::Read(message) => {
+                    if let Some(r) = reader.as_mut() {
+                        r.idle = false;
+                        match stored(message.headers.as_ref()) {
+                            Stored::Message { epoch, seq } if epoch == r.label => {
+                                r.last = r.last.max(seq);
+                                self.cache.insert(seq, message.payload.clone());
+                            }
+                            Stored::Message { epoch, .. } | Stored::Other { epoch } => {
+                                // Another session's: the reader started inside this one, so
+                                // a later one has begun and nothing more of it comes.
+                                if epoch != r.label && epoch != "-" {
+                                    crate::log_debug!(
+                                        "jetstream recovery {}/{}: session {} ends at {} on \
+                                         the subject (session {epoch} follows)",
+                                        self.channel.venue,
+                                        self.channel.channel,
+                                        r.label,
+                                        r.last
+                                    );
+                                    r.ended = true;
+                                }
+                            }
+                        }
+                    }
+                }
+                Turn::Idle => {
+                    if let Some(r) = reader.as_mut() {
+                        r.idle = true;
+                    }
+                }
+                Turn::Failed(why) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    let label = self.cache.label.clone();
+                    let first = waiting.first().map_or(0, |w| w.first);
+                    self.log_unanswered(&label, first, Some(&why));
+                    reader = None;
+                }
+            }
+            self.answer_waiting(&mut waiting, reader.as_ref(), &socket)
+                .await;
+        }
+    }
+
+    /// Takes one request: answers it from the cache, or queues it for the reader (opening
+    /// one where none reaches it), or counts it unanswered.
+    async fn request(
+        &mut self,
+        stream: &JsStream,
+        reader: &mut Option<Reader>,
+        waiting: &mut Vec<Waiting>,
+        bytes: Option<&[u8]>,
+        from: SocketAddr,
+        socket: &tokio::net::UdpSocket,
+    ) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let request = match bytes.map(Request::decode) {
+            Some(Ok(r)) if r.count > 0 => r,
+            _ => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let session = SessionKey(*request.session.as_bytes());
+        let label = epoch_header(EpochLabel::new(&session.display(self.channel.wire)).as_str());
+        if label != self.cache.label {
+            self.cache.switch(&label);
+            *reader = None;
+            waiting.clear();
+        }
+        let first = request.sequence;
+        let wanted = first.saturating_add(u64::from(request.count) - 1);
+        if self.cache.messages.contains_key(&first) {
+            self.send(session, first, request.count, from, socket).await;
+            return;
+        }
+        if !reader.as_ref().is_some_and(|r| r.reaches(&label, first)) {
+            if let Some(r) = reader.as_ref() {
+                crate::log_debug!(
+                    "jetstream recovery {}/{}: a request from {first} is out of the reader's \
+                     reach (at {}{}): searching again",
+                    self.channel.venue,
+                    self.channel.channel,
+                    r.last,
+                    if r.ended { ", its session over" } else { "" }
+                );
+            }
+            *reader = self.open(stream, &label, first, wanted).await;
+        }
+        let Some(r) = reader.as_mut() else {
+            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+            self.log_unanswered(&label, first, None);
+            return;
+        };
+        r.target = r.target.max(wanted.min(first.saturating_add(READ_AHEAD)));
+        if waiting.iter().any(|w| w.first == first && w.from == from) {
+            return;
+        }
+        if waiting.len() >= MAX_WAITING {
+            waiting.remove(0);
+            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+        }
+        waiting.push(Waiting {
+            session,
+            first,
+            count: request.count,
+            from,
+            until: tokio::time::Instant::now() + FILL_DEADLINE,
+        });
+    }
+
+    /// Answers the waiting requests the reader has got far enough for (or that it will not
+    /// get further for), and drops those past their deadline.
+    async fn answer_waiting(
+        &mut self,
+        waiting: &mut Vec<Waiting>,
+        reader: Option<&Reader>,
+        socket: &tokio::net::UdpSocket,
+    ) {
+        if waiting.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let mut i = 0;
+        while let Some(w) = waiting.get(i).copied() {
+            // Enough read for a full answer, or no more to come for now.
+            let done = reader.is_none_or(|r| {
+                r.idle
+                    || r.ended
+                    || r.last >= w.first.saturating_add(u64::from(w.count.min(64)) - 1)
+            });
+            if done && self.cache.messages.contains_key(&w.first) {
+                waiting.swap_remove(i);
+                self.send(w.session, w.first, w.count, w.from, socket).await;
+            } else if done && reader.is_none_or(|r| r.ended || r.last >= w.first) || now >= w.until
+            {
+                // Read past and not held, or waited its whole deadline.
+                waiting.swap_remove(i);
+                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+                let label = self.cache.label.clone();
+                self.log_unanswered(&label, w.first, None);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Sends the answer to (`session`, `first`, `count`) from the cache.
+    async fn send(
+        &mut self,
+        session: SessionKey,
+        first: u64,
+        count: u16,
+        to: SocketAddr,
+        socket: &tokio::net::UdpSocket,
+    ) {
+        let Some((len, messages)) = self.build(session, first, count) else {
+            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(bytes) = self.answer.get(..len) else {
+            return;
+        };
+        match socket.send_to(bytes, to).await {
+            Ok(_) => {
+                self.counters.answers.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .messages
+                    .fetch_add(messages, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                let label = self.cache.label.clone();
+                self.log_unanswered(&label, first, Some(&e.to_string()));
+            }
+        }
+    }
+
+    fn log_unanswered(&mut self, label: &str, first: u64, why: Option<&str>) {
+        if rate_limited(&mut self.unanswered_logged, &mut self.unanswered_held) {
+            let held = std::mem::take(&mut self.unanswered_held);
+            let why = why.map_or_else(
+                || "JetStream holds no copy of it".to_string(),
+                |w| format!("reading JetStream failed: {w}"),
+            );
+            crate::log_info!(
+                "jetstream recovery {}/{}: a re-request for session {label} from {first} is not \
+                 answered: {why}{}",
+                self.channel.venue,
+                self.channel.channel,
+                more(held)
+            );
+        }
+    }
+
+    /// Searches for the session `label`'s messages from `first` on and opens a consumer
+    /// there, reading on to `target`; `None` (counted and logged where it failed) when
+    /// JetStream holds none or the search or the consumer failed, within
+    /// [`FILL_DEADLINE`].
+    async fn open(
+        &mut self,
+        stream: &JsStream,
+        label: &str,
+        first: u64,
+        target: u64,
+    ) -> Option<Reader> {
+        let deadline = tokio::time::Instant::now() + FILL_DEADLINE;
+        let searched = tokio::time::timeout_at(
+            deadline,
+            locate(stream, &self.channel.subject, label, first),
+        )
+        .await;
+        let start = match searched {
+            Ok(Ok(Some(start))) => start,
+            Ok(Ok(None)) => {
+                crate::log_debug!(
+                    "jetstream recovery {}/{}: {} holds nothing of session {label} from {first}",
+                    self.channel.venue,
+                    self.channel.channel,
+                    self.channel.subject
+                );
+                return None;
+            }
+            Ok(Err(why)) => {
+                self.opening_failed(label, first, &why);
+                return None;
+            }
+            Err(_) => {
+                self.opening_failed(label, first, "the search ran past its deadline");
+                return None;
+            }
+        };
+        crate::log_debug!(
+            "jetstream recovery {}/{}: session {label} from {first} is read from stream \
+             sequence {start} of {}",
+            self.channel.venue,
+            self.channel.channel,
+            self.channel.subject
+        );
+        let config = consumer::pull::Config {
+            filter_subject: self.channel.subject.clone(),
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ack_policy: consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            memory_storage: true,
+            ..Default::default()
+        };
+        let opened = tokio::time::timeout_at(deadline, async {
+            let consumer = stream
+                .create_consumer(config)
+                .await
+                .map_err(|e| format!("no consumer: {e}"))?;
+            consumer
+                .stream()
+                .max_messages_per_batch(BATCH)
+                .messages()
+                .await
+                .map_err(|e| format!("the consumer delivers nothing: {e}"))
+        })
+        .await;
+        match opened {
+            Ok(Ok(messages)) => Some(Reader {
+                label: label.to_string(),
+                messages,
+                last: 0,
+                target,
+                idle: false,
+                ended: false,
+            }),
+            Ok(Err(why)) => {
+                self.opening_failed(label, first, &why);
+                None
+            }
+            Err(_) => {
+                self.opening_failed(label, first, "opening a consumer ran past its deadline");
+                None
+            }
+        }
+    }
+
+    fn opening_failed(&mut self, label: &str, first: u64, why: &str) {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        self.log_unanswered(label, first, Some(why));
+    }
+
+    /// Writes the answer to (`session`, `first`, `count`) from the cache: the length and the
+    /// messages in it, `None` when the cache does not hold `first`.
+    fn build(&mut self, session: SessionKey, first: u64, count: u16) -> Option<(usize, u64)> {
+        let messages = self.cache.messages.range(first..);
+        let mut expected = first;
+        let mut taken = 0u16;
+        match self.channel.wire {
+            Wire::MoldUdp64 => {
+                let mut writer =
+                    moldudp64::PacketWriter::new(&mut self.answer, Session(session.0), first)
+                        .ok()?;
+                for (&seq, payload) in messages {
+                    if seq != expected
+                        || taken >= count
+                        || writer.remaining() < payload.len() + moldudp64::BLOCK_HEADER_LEN
+                        || writer.push(payload).is_err()
+                    {
+                        break;
+                    }
+                    taken += 1;
+                    expected = expected.saturating_add(1);
+                }
+                (taken > 0).then(|| (writer.finish(), u64::from(taken)))
+            }
+            Wire::IexTp => {
+                let id =
+                    u32::from_le_bytes([session.0[0], session.0[1], session.0[2], session.0[3]]);
+                let header = iex_tp::Header {
+                    session_id: id,
+                    sequence: first,
+                    send_time: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+                    ..iex_tp::Header::default()
+                };
+                let mut writer = iex_tp::PacketWriter::new(&mut self.answer, header).ok()?;
+                for (&seq, payload) in messages {
+                    if seq != expected
+                        || taken >= count
+                        || writer.remaining() < payload.len() + iex_tp::BLOCK_HEADER_LEN
+                        || writer.push(payload).is_err()
+                    {
+                        break;
+                    }
+                    taken += 1;
+                    expected = expected.saturating_add(1);
+                }
+                (taken > 0).then(|| (writer.finish(), u64::from(taken)))
+            }
+        }
+    }
+}
+
+/// What [`locate`] reads: the subject's last stored message, and the first one at or
+/// after a stream sequence. Apart from JetStream so that the search can be tested.
+pub(crate) trait Probe {
+    /// The subject's last message: its stream sequence and headers; `None` when the
+    /// subject has none.
+    async fn last(&self, subject: &str) -> Result<Option<(u64, HeaderMap)>, String>;
+    /// The subject's first message at or after stream sequence `from`; `None` past the end.
+    async fn next(&self, subject: &str, from: u64) -> Result<Option<(u64, HeaderMap)>, String>;
+}
+
+impl Probe for JsStream {
+    async fn last(&self, subject: &str) -> Result<Option<(u64, HeaderMap)>, String> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind as K;
+        match self.get_last_raw_message_by_subject(subject).await {
+            Ok(m) => Ok(Some((m.sequence, m.headers))),
+            Err(e) if matches!(e.kind(), K::NoMessageFound) => Ok(None),
+            Err(e) => Err(format!("the subject's last message: {e}")),
+        }
+    }
+
+    async fn next(&self, subject: &str, from: u64) -> Result<Option<(u64, HeaderMap)>, String> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind as K;
+        match self.get_first_raw_message_by_subject(subject, from).await {
+            Ok(m) => Ok(Some((m.sequence, m.headers))),
+            Err(e) if matches!(e.kind(), K::NoMessageFound) => Ok(None),
+            Err(e) => Err(format!("a message at or after {from}: {e}")),
+        }
+    }
+}
+
+/// The stream sequence to read `subject` from for the session `label`'s messages from
+/// `first` on: the lowest at which the subject's next message is of that session with a
+/// sequence at least `first`. `None` when JetStream holds nothing of it: the subject's
+/// last message is of another session, or before `first`.
+pub(crate) async fn locate(
+    probe: &impl Probe,
+    subject: &str,
+    label: &str,
+    first: u64,
+) -> Result<Option<u64>, String> {
+    let Some((last_at, headers)) = probe.last(subject).await? else {
+        return Ok(None);
+    };
+    match stored(Some(&headers)) {
+        Stored::Message { epoch, seq } if epoch == label && seq >= first => {}
+        Stored::Other { epoch } if epoch == label => {}
+        _ => return Ok(None),
+    }
+    // The predicate at stream sequence `at`: the next message there is of the session and
+    // at or past `first` (or there is none). False below the answer, true from it on.
+    let mut lo = 1u64;
+    let mut hi = last_at.saturating_add(1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let mut at = mid;
+        let mut verdict = true;
+        for _ in 0..=MAX_EVENT_SKIP {
+            match probe.next(subject, at).await? {
+                None => break,
+                Some((found, headers)) => match stored(Some(&headers)) {
+                    Stored::Message { epoch, seq } => {
+                        verdict = epoch == label && seq >= first;
+                        break;
+                    }
+                    Stored::Other { epoch } => {
+                        if epoch != label && epoch != "-" {
+                            verdict = false;
+                            break;
+                        }
+                        at = found.saturating_add(1);
+                    }
+                },
+            }
+        }
+        if verdict {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(Some(lo))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+use super::*;
+
+/// A stream held in memory: (stream sequence, headers) of one subject, in order.
+struct Fake(Vec<(u64, HeaderMap)>);
+
+impl Probe for Fake {
+    async fn last(&self, _subject: &str) -> Result<Option<(u64, HeaderMap)>, String> {
+        Ok(self.0.last().cloned())
+    }
+
+    async fn next(&self, _subject: &str, from: u64) -> Result<Option<(u64, HeaderMap)>, String> {
+        Ok(self.0.iter().find(|(at, _)| *at >= from).cloned())
+    }
+}
+
+fn headers(kind: &str, epoch: &str, seq: Option<u64>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(KIND, kind);
+    h.insert(EPOCH, epoch);
+    if let Some(seq) = seq {
+        h.insert(SEQ, seq.to_string().as_str());
+    }
+    h
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(f)
+}
+
+/// Session OLD's messages 1..=50, then SESS's epoch event, its messages 1..=100 with a
+/// state event after 40, interleaved with another subject's (gaps in the stream sequence).
+fn two_sessions() -> Fake {
+    let mut at = 0u64;
+    let mut list = Vec::new();
+    let mut push = |h: HeaderMap| {
+        // Every third stream sequence belongs to another subject.
+        at += if at % 3 == 2 { 2 } else { 1 };
+        list.push((at, h));
+    };
+    for seq in 1..=50 {
+        push(headers("message", "OLD", Some(seq)));
+    }
+    push(headers("epoch", "SESS", None));
+    for seq in 1..=100 {
+        push(headers("message", "SESS", Some(seq)));
+        if seq == 40 {
+            push(headers("state", "SESS", None));
+        }
+    }
+    Fake(list)
+}
+
+fn stream_seq_of(fake: &Fake, epoch: &str, seq: u64) -> u64 {
+    fake.0
+        .iter()
+        .find(|(_, h)| stored(Some(h)) == Stored::Message { epoch, seq })
+        .map(|(at, _)| *at)
+        .expect("held")
+}
+
+#[test]
+fn the_search_finds_the_first_message_of_the_session_at_or_past_first() {
+    let fake = two_sessions();
+    for first in [1, 2, 40, 41, 99, 100] {
+        let found = run(locate(&fake, "s", "SESS", first)).expect("no failure");
+        let next = fake
+            .0
+            .iter()
+            .find(|(at, _)| *at >= found.expect("held"))
+            .map(|(_, h)| stored(Some(h)));
+        // The consumer starts at the message itself, or at an event just before it.
+        let want = stream_seq_of(&fake, "SESS", first);
+        assert!(found.expect("held") <= want, "first {first}");
+        assert!(
+            next == Some(Stored::Message {
+                epoch: "SESS",
+                seq: first
+            }) || fake
+                .0
+                .iter()
+                .filter(|(at, _)| *at >= found.expect("held") && *at < want)
+                .all(|(_, h)| matches!(stored(Some(h)), Stored::Other { .. })),
+            "first {first}: starts at {found:?}, the message is at {want}"
+        );
+    }
+}
+
+#[test]
+fn the_search_declines_what_jetstream_does_not_hold() {
+    let fake = two_sessions();
+    // Past the last message of the session.
+    assert_eq!(run(locate(&fake, "s", "SESS", 101)), Ok(None));
+    // A session that is not the subject's latest.
+    assert_eq!(run(locate(&fake, "s", "OLD", 10)), Ok(None));
+    assert_eq!(run(locate(&fake, "s", "NONE", 1)), Ok(None));
+    // A subject with nothing on it.
+    assert_eq!(run(locate(&Fake(Vec::new()), "s", "SESS", 1)), Ok(None));
+}
+
+#[test]
+fn stored_messages_are_told_from_events_and_snapshots() {
+    assert_eq!(
+        stored(Some(&headers("message", "S1", Some(7)))),
+        Stored::Message {
+            epoch: "S1",
+            seq: 7
+        }
+    );
+    assert_eq!(
+        stored(Some(&headers("state", "S1", None))),
+        Stored::Other { epoch: "S1" }
+    );
+    let mut snap = headers("message", "S1", Some(7));
+    snap.insert(SNAPSHOT, "1");
+    assert_eq!(stored(Some(&snap)), Stored::Other { epoch: "S1" });
+    let mut bad = headers("message", "S1", None);
+    bad.insert(SEQ, "seven");
+    assert_eq!(stored(Some(&bad)), Stored::Other { epoch: "S1" });
+    assert_eq!(stored(None), Stored::Other { epoch: "" });
+}
+
+fn responder(wire: Wire) -> Responder {
+    Responder {
+        channel: JetStreamChannel {
+            venue: "v".into(),
+            channel: "c".into(),
+            subject: "gapless.v.c".into(),
+            wire,
+            socket: bind_local().expect("a loopback socket"),
+            warm: None,
+        },
+        cache: Cache::default(),
+        answer: vec![0; ANSWER_BYTES],
+        counters: Arc::new(RecoveryCounters::default()),
+        unanswered_logged: None,
+        unanswered_held: 0,
+    }
+}
+
+fn message(seq: u64) -> Bytes {
+    Bytes::from(format!(
+        "message {seq:04} {}",
+        "x".repeat((seq % 7) as usize)
+    ))
+}
+
+#[test]
+fn a_moldudp64_answer_holds_consecutive_messages_from_first_that_fit() {
+    let mut r = responder(Wire::MoldUdp64);
+    r.cache.switch("SESS");
+    for seq in (1..=300).filter(|s| *s != 250) {
+        r.cache.insert(seq, message(seq));
+    }
+    let session = SessionKey(*b"SESS      ");
+    // Asked for 5 from 10: exactly 10..=14.
+    let (len, n) = r.build(session, 10, 5).expect("held");
+    assert_eq!(n, 5);
+    let packet = moldudp64::Packet::decode(&r.answer[..len]).expect("a valid packet");
+    assert_eq!(packet.session(), Session(session.0));
+    assert_eq!(packet.sequence(), 10);
+    let got: Vec<Vec<u8>> = packet.messages().map(<[u8]>::to_vec).collect();
+    let want: Vec<Vec<u8>> = (10..15).map(|s| message(s).to_vec()).collect();
+    assert_eq!(got, want);
+    // Asked for 1000 from 200: stops at the hole at 250, within the size.
+    let (len, n) = r.build(session, 200, 1000).expect("held");
+    assert_eq!(n, 50);
+    assert!(len <= ANSWER_BYTES);
+    // Asked for 1000 from 1: as many as fit the answer.
+    let (len, n) = r.build(session, 1, 1000).expect("held");
+    assert!(n > 20 && n < 249, "{n} messages");
+    assert!(len <= ANSWER_BYTES && len + message(n + 1).len() + 2 > ANSWER_BYTES);
+    // Not held: no answer.
+    assert_eq!(r.build(session, 250, 3), None);
+    assert_eq!(r.build(session, 301, 3), None);
+}
+
+#[test]
+fn an_iex_tp_answer_carries_the_session_id_and_first_sequence() {
+    let mut r = responder(Wire::IexTp);
+    r.cache.switch("42");
+    for seq in 5..=9 {
+        r.cache.insert(seq, message(seq));
+    }
+    let (len, n) = r.build(SessionKey::iex(42), 6, 100).expect("held");
+    assert_eq!(n, 4);
+    let packet = iex_tp::Packet::decode(&r.answer[..len]).expect("a valid segment");
+    assert_eq!(packet.session_id(), 42);
+    assert_eq!(packet.sequence(), 6);
+    assert_eq!(packet.message_count(), 4);
+    let got: Vec<Vec<u8>> = packet.messages().map(<[u8]>::to_vec).collect();
+    let want: Vec<Vec<u8>> = (6..10).map(|s| message(s).to_vec()).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn the_cache_keeps_its_bound_by_dropping_the_oldest() {
+    let mut cache = Cache::default();
+    cache.switch("S");
+    let big = Bytes::from(vec![0u8; 1 << 20]);
+    for seq in 1..=40 {
+        cache.insert(seq, big.clone());
+    }
+    assert!(cache.bytes <= CACHE_BYTES);
+    assert_eq!(cache.messages.len(), CACHE_BYTES >> 20);
+    assert_eq!(cache.messages.first_key_value().map(|(k, _)| *k), Some(9));
+    // The same sequence again replaces, not adds.
+    cache.insert(40, Bytes::from_static(b"x"));
+    assert_eq!(cache.bytes, ((CACHE_BYTES >> 20) - 1) * (1 << 20) + 1);
+    // Another session starts empty.
+    cache.switch("T");
+    assert!(cache.messages.is_empty());
+    assert_eq!(cache.bytes, 0);
+}
