@@ -370,6 +370,10 @@ fn busy_registry() -> Arc<Registry> {
         "nats:FEED",
         Arc::new(crate::sinks::nats::NatsCounters::default()),
     );
+    registry.add_jetstream_recovery(
+        "nats:FEED",
+        Arc::new(crate::sinks::nats_recovery::RecoveryCounters::default()),
+    );
     let line = registry.add_line("nasdaq", "itch-a", "b");
     let mut stats = crate::venue::LineStats {
         packets: 9,
