@@ -60,8 +60,12 @@ use crate::venue::udp::{SessionKey, Wire};
 
 /// The longest answer: what a channel's receive buffer takes whole.
 pub const ANSWER_BYTES: usize = 2048;
-/// Payload bytes kept read ahead per channel at most.
+/// Bytes of messages kept read ahead per channel at most, counting each message's payload
+/// and [`ENTRY_BYTES`].
 pub const CACHE_BYTES: usize = 32 << 20;
+/// What one cached message costs beside its payload (its map entry and handle), counted
+/// against [`CACHE_BYTES`].
+pub const ENTRY_BYTES: usize = 64;
 /// Messages read past a request's first at most, and past a resume cursor before any
 /// request comes.
 pub const READ_AHEAD: u64 = 16_384;
@@ -330,7 +334,7 @@ impl Source {
     }
 
     /// One connection: serves every channel until it drops or the thread stops. False when
-    /// no connection could be made.
+    /// no connection could be made, or a channel failed.
     async fn session(&mut self) -> bool {
         let lost = Arc::new(AtomicBool::new(false));
         let options =
@@ -391,10 +395,13 @@ impl Source {
             .iter_mut()
             .map(|r| r.serve(&stream, stop, lost));
         let failures: Vec<Option<String>> = futures_util::future::join_all(serving).await;
+        let mut failed = false;
         for why in failures.into_iter().flatten() {
+            failed = true;
             self.failure(format_args!("{why}"));
         }
-        true
+        // A channel that failed on its own (its socket) is served again after a pause.
+        !failed
     }
 }
 
@@ -439,18 +446,25 @@ impl Cache {
     }
 
     fn insert(&mut self, seq: u64, payload: Bytes) {
-        let len = payload.len();
+        let len = payload.len() + ENTRY_BYTES;
         if let Some(old) = self.messages.insert(seq, payload) {
-            self.bytes -= old.len();
+            self.bytes -= old.len() + ENTRY_BYTES;
         }
         self.bytes += len;
         while self.bytes > CACHE_BYTES {
             let Some((_, old)) = self.messages.pop_first() else {
                 break;
             };
-            self.bytes -= old.len();
+            self.bytes -= old.len() + ENTRY_BYTES;
         }
     }
+}
+
+/// The `Gapless-Epoch` value the nats sink gives the epoch `label`, as it reads back:
+/// header values lose their surrounding spaces on the wire (a MoldUDP64 session is padded
+/// with spaces to ten characters).
+fn epoch_key(label: &str) -> String {
+    epoch_header(label).trim().to_string()
 }
 
 /// One message as the nats sink stored it: `None` for any other event.
@@ -559,7 +573,7 @@ impl Responder {
         let mut reader: Option<Reader> = None;
         let mut waiting: Vec<Waiting> = Vec::new();
         if let Some((label, next)) = self.channel.warm.take() {
-            let label = epoch_header(&label);
+            let label = epoch_key(&label);
             self.cache.switch(&label);
             reader = self
                 .open(stream, &label, next, next.saturating_add(READ_AHEAD))
@@ -614,7 +628,10 @@ impl Responder {
                         match stored(message.headers.as_ref()) {
                             Stored::Message { epoch, seq } if epoch == r.label => {
                                 r.last = r.last.max(seq);
-                                self.cache.insert(seq, message.payload.clone());
+                                // A copy: the client's payload shares its read buffer with
+                                // other messages, which the cache's bound would not see.
+                                self.cache
+                                    .insert(seq, Bytes::copy_from_slice(&message.payload));
                             }
                             Stored::Message { epoch, .. } | Stored::Other { epoch } => {
                                 // Another session's: the reader started inside this one, so
@@ -672,7 +689,7 @@ impl Responder {
             }
         };
         let session = SessionKey(*request.session.as_bytes());
-        let label = epoch_header(EpochLabel::new(&session.display(self.channel.wire)).as_str());
+        let label = epoch_key(EpochLabel::new(&session.display(self.channel.wire)).as_str());
         if label != self.cache.label {
             self.cache.switch(&label);
             *reader = None;
@@ -874,7 +891,8 @@ impl Responder {
             Ok(Ok(messages)) => Some(Reader {
                 label: label.to_string(),
                 messages,
-                last: 0,
+                // It starts at the first message at or past `first`.
+                last: first.saturating_sub(1),
                 target,
                 idle: false,
                 ended: false,

@@ -25,6 +25,7 @@ fn headers(kind: &str, epoch: &str, seq: Option<u64>) -> HeaderMap {
 
 fn run<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .expect("a runtime")
         .block_on(f)
@@ -199,7 +200,7 @@ fn an_iex_tp_answer_carries_the_session_id_and_first_sequence() {
 fn the_cache_keeps_its_bound_by_dropping_the_oldest() {
     let mut cache = Cache::default();
     cache.switch("S");
-    let big = Bytes::from(vec![0u8; 1 << 20]);
+    let big = Bytes::from(vec![0u8; (1 << 20) - ENTRY_BYTES]);
     for seq in 1..=40 {
         cache.insert(seq, big.clone());
     }
@@ -208,9 +209,237 @@ fn the_cache_keeps_its_bound_by_dropping_the_oldest() {
     assert_eq!(cache.messages.first_key_value().map(|(k, _)| *k), Some(9));
     // The same sequence again replaces, not adds.
     cache.insert(40, Bytes::from_static(b"x"));
-    assert_eq!(cache.bytes, ((CACHE_BYTES >> 20) - 1) * (1 << 20) + 1);
+    assert_eq!(
+        cache.bytes,
+        ((CACHE_BYTES >> 20) - 1) * (1 << 20) + 1 + ENTRY_BYTES
+    );
+    // Small messages count their entries too.
+    cache.switch("U");
+    for seq in 1..=(CACHE_BYTES / ENTRY_BYTES) as u64 {
+        cache.insert(seq, Bytes::from_static(b"m"));
+    }
+    assert!(cache.bytes <= CACHE_BYTES);
+    assert!(cache.messages.len() < CACHE_BYTES / ENTRY_BYTES);
     // Another session starts empty.
     cache.switch("T");
     assert!(cache.messages.is_empty());
     assert_eq!(cache.bytes, 0);
+}
+
+/// A `nats-server -js` of the test's own on a loopback port, killed on drop; `None` (with
+/// the reason printed) where the binary is not installed.
+struct Server {
+    child: std::process::Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(name: &str) -> Option<Self> {
+        use std::io::BufRead;
+        let Some(binary) = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.exists())
+        else {
+            eprintln!("skipped: nats-server is not installed (.ci/install-deps installs it)");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("gapless-{name}-{}", std::process::id()));
+        let mut child = std::process::Command::new(binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nats-server starts");
+        let stderr = child.stderr.take().expect("its stderr");
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(ready);
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("Server is ready")
+                    && let Some(tx) = ready.take()
+                {
+                    // The test may have given up already.
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let server = Self {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            dir,
+        };
+        is_ready
+            .recv_timeout(Duration::from_secs(20))
+            .expect("nats-server ready within 20 s");
+        Some(server)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Gone already is as good as killed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn settings(url: &str) -> Settings {
+    Settings {
+        url: url.to_string(),
+        stream: "FEED".into(),
+        subject_prefix: "gapless".into(),
+        duplicate_window: Duration::from_secs(120),
+        max_age: None,
+        max_pending: 4096,
+        instance: "test".into(),
+        creds: None,
+        tls_ca: None,
+        tls_client: None,
+    }
+}
+
+fn payload_of(session: &str, seq: u64) -> Bytes {
+    Bytes::from(format!("{session}:{seq}"))
+}
+
+/// Publishes, as the nats sink would: session OLD 1..=500, then session SESS from 300,001
+/// to 303,000 (beyond [`MAX_SKIP`] from 0), with state events among them and another
+/// subject's messages in between.
+async fn publish(url: &str) {
+    let client = async_nats::connect(url).await.expect("a connection");
+    let js = jetstream::new(client);
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: "FEED".into(),
+        subjects: vec!["gapless.>".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("the stream");
+    let mut acks = Vec::new();
+    let send = |subject: &'static str, h: HeaderMap, payload: Bytes| {
+        let js = js.clone();
+        async move {
+            js.publish_with_headers(subject, h, payload)
+                .await
+                .expect("a publish")
+        }
+    };
+    for seq in 1..=500 {
+        acks.push(
+            send(
+                "gapless.v.c",
+                headers("message", "OLD", Some(seq)),
+                payload_of("OLD", seq),
+            )
+            .await,
+        );
+    }
+    acks.push(send("gapless.v.c", headers("epoch", "SESS", None), Bytes::new()).await);
+    for seq in 300_001..=303_000 {
+        acks.push(
+            send(
+                "gapless.v.c",
+                headers("message", "SESS", Some(seq)),
+                payload_of("SESS", seq),
+            )
+            .await,
+        );
+        if seq % 700 == 0 {
+            acks.push(send("gapless.v.c", headers("state", "SESS", None), Bytes::new()).await);
+            acks.push(
+                send(
+                    "gapless.v.other",
+                    headers("message", "X", Some(seq)),
+                    Bytes::new(),
+                )
+                .await,
+            );
+        }
+    }
+    for ack in acks {
+        ack.await.expect("stored");
+    }
+}
+
+/// Sends (session, first, count) and returns the answer's (first, messages), or `None`
+/// when none comes within two seconds.
+fn ask(
+    socket: &UdpSocket,
+    to: SocketAddr,
+    session: &str,
+    first: u64,
+    count: u16,
+) -> Option<(u64, Vec<Vec<u8>>)> {
+    let mut name = [b' '; 10];
+    name[..session.len()].copy_from_slice(session.as_bytes());
+    let request = Request {
+        session: Session(name),
+        sequence: first,
+        count,
+    };
+    socket.send_to(&request.to_bytes(), to).expect("sent");
+    let mut buf = [0u8; 4096];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    let packet = moldudp64::Packet::decode(&buf[..n]).expect("a valid answer");
+    assert_eq!(packet.session(), Session(name));
+    Some((
+        packet.sequence(),
+        packet.messages().map(<[u8]>::to_vec).collect(),
+    ))
+}
+
+#[test]
+fn a_real_stream_is_read_back_across_sessions_and_far_sequences() {
+    let Some(server) = Server::start("js-recovery-unit") else {
+        return;
+    };
+    run(async {
+        tokio::time::timeout(Duration::from_secs(60), publish(&server.url))
+            .await
+            .expect("published within 60 s");
+    });
+    let channel = JetStreamChannel::bind(&settings(&server.url), "v", "c", Wire::MoldUdp64)
+        .expect("a socket");
+    let to = channel.local_addr().expect("its address");
+    let source = start(&settings(&server.url), vec![channel]).expect("started");
+    let client = bind_local().expect("a client socket");
+    client
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a timeout");
+
+    // The session's first messages, past MAX_SKIP from nothing.
+    let (first, got) = ask(&client, to, "SESS", 300_001, 1000).expect("an answer");
+    assert_eq!(first, 300_001);
+    assert!(got.len() > 50, "{} messages in one answer", got.len());
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m[..], payload_of("SESS", 300_001 + i as u64)[..]);
+    }
+    // Further on, past state events and another subject's messages.
+    let (first, got) = ask(&client, to, "SESS", 302_990, 100).expect("an answer");
+    assert_eq!(first, 302_990);
+    assert_eq!(got.len(), 11, "302,990..=303,000");
+    assert_eq!(got[10][..], payload_of("SESS", 303_000)[..]);
+    // Back to the start: a new search.
+    let (first, got) = ask(&client, to, "SESS", 300_002, 3).expect("an answer");
+    assert_eq!((first, got.len()), (300_002, 3));
+    // Not held: past the end, and a session that is not the subject's latest.
+    assert_eq!(ask(&client, to, "SESS", 303_001, 5), None);
+    assert_eq!(ask(&client, to, "OLD", 10, 5), None);
+    let counters = Arc::clone(source.counters());
+    source.stop();
+    assert_eq!(counters.requests(), 5);
+    assert_eq!(counters.answers(), 3);
+    assert_eq!(counters.unanswered(), 2);
+    assert_eq!(counters.failures(), 0);
 }
