@@ -788,10 +788,11 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
     );
     // The venue gets the address that answers for it, in the order written.
     let answerer: std::net::SocketAddr = "127.0.0.1:4999".parse().unwrap();
-    let spec = gapless::venue::udp::spec_from_config_with(&config.venues[0], 0, &|stream, channel| {
-        (stream == "FEED" && channel == "itch-a").then_some(answerer)
-    })
-    .expect("a udp venue");
+    let spec =
+        gapless::venue::udp::spec_from_config_with(&config.venues[0], 0, &|stream, channel| {
+            (stream == "FEED" && channel == "itch-a").then_some(answerer)
+        })
+        .expect("a udp venue");
     assert_eq!(
         spec.channels[0].rerequest,
         ["10.1.9.1:18000".parse().unwrap(), answerer]
@@ -810,7 +811,14 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
     };
     let config = Config::parse(&two("jetstream:B"), FILE).expect("valid");
     assert_eq!(rerequest(&config), [Rerequest::JetStream("B".into())]);
-    assert_eq!(config.sinks.iter().filter(|s| matches!(s, Sink::Nats(_))).count(), 2);
+    assert_eq!(
+        config
+            .sinks
+            .iter()
+            .filter(|s| matches!(s, Sink::Nats(_)))
+            .count(),
+        2
+    );
     let message = single(
         &two("jetstream"),
         ErrorKind::InvalidValue,
@@ -818,7 +826,10 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
         "venue[0].channel[0].rerequest[0]",
         "\"jetstream:STREAM\"",
     );
-    assert!(message.contains("there are 2 nats sinks (A, B)"), "{message}");
+    assert!(
+        message.contains("there are 2 nats sinks (A, B)"),
+        "{message}"
+    );
     let message = single(
         &two("jetstream:C"),
         ErrorKind::InvalidValue,
@@ -826,7 +837,10 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
         "venue[0].channel[0].rerequest[0]",
         "\"jetstream:STREAM\"",
     );
-    assert!(message.contains("no nats sink has stream \"C\""), "{message}");
+    assert!(
+        message.contains("no nats sink has stream \"C\""),
+        "{message}"
+    );
     // No nats sink at all.
     let message = single(
         &edit(&[(
@@ -840,9 +854,11 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
     );
     assert!(message.contains("there is no nats sink"), "{message}");
     // The same entry twice is a duplicate, like a server twice.
-    let errors = errors(&(edit(&[(
-        "rerequest = [\"10.1.9.1:18000\"]",
-        "rerequest = [\"jetstream\", \"jetstream\"]",
-    )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"));
+    let errors = errors(
+        &(edit(&[(
+            "rerequest = [\"10.1.9.1:18000\"]",
+            "rerequest = [\"jetstream\", \"jetstream\"]",
+        )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"),
+    );
     assert_eq!(errors.errors()[0].kind, ErrorKind::Duplicate, "{errors}");
 }
