@@ -504,11 +504,30 @@ struct Reader {
     ended: bool,
 }
 
+/// Where a request stands from a reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Ahead, within [`READ_AHEAD`]: reading on is quicker than a search.
+    Near,
+    /// Ahead, within [`MAX_SKIP`].
+    Far,
+    /// Already read past (or of another session, or the reader's session is over).
+    Behind,
+    /// No reader.
+    None,
+}
+
 impl Reader {
-    /// True when `first` of the reader's session is ahead of it and near enough to read
-    /// on to.
-    fn reaches(&self, label: &str, first: u64) -> bool {
-        self.label == label && !self.ended && self.last < first && first - self.last <= MAX_SKIP
+    /// Where `first` of the session `label` stands from the reader.
+    fn reach(&self, label: &str, first: u64) -> Reach {
+        if self.label != label || self.ended || self.last >= first {
+            return Reach::Behind;
+        }
+        match first - self.last {
+            d if d <= READ_AHEAD => Reach::Near,
+            d if d <= MAX_SKIP => Reach::Far,
+            _ => Reach::Behind,
+        }
     }
 }
 
@@ -701,7 +720,27 @@ impl Responder {
             self.send(session, first, request.count, from, socket).await;
             return;
         }
-        if !reader.as_ref().is_some_and(|r| r.reaches(&label, first)) {
+        // Read on to it when it is near, or when the reader is busy with requests before
+        // it (a restart's hole is asked for in many pieces at once: moving the reader to
+        // the furthest would leave the nearer ones behind it); otherwise a search is
+        // quicker than reading through what lies between.
+        let busy = !waiting.is_empty();
+        let reach = reader
+            .as_ref()
+            .map_or(Reach::None, |r| r.reach(&label, first));
+        let read_on = match reach {
+            Reach::Near => true,
+            Reach::Far => busy,
+            Reach::Behind | Reach::None => false,
+        };
+        if !read_on {
+            if busy && reach == Reach::Behind {
+                // The reader is serving others and has passed this one: asked again later,
+                // it is searched for once the reader is free.
+                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+                self.log_unanswered(&label, first, None);
+                return;
+            }
             if let Some(r) = reader.as_ref() {
                 crate::log_debug!(
                     "jetstream recovery {}/{}: a request from {first} is out of the reader's \

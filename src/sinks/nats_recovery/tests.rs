@@ -314,8 +314,8 @@ fn payload_of(session: &str, seq: u64) -> Bytes {
 }
 
 /// Publishes, as the nats sink would: session OLD 1..=500, then session SESS from 300,001
-/// to 303,000 (beyond [`MAX_SKIP`] from 0), with state events among them and another
-/// subject's messages in between.
+/// to 330,000 (beyond [`MAX_SKIP`] from 0, and longer than [`READ_AHEAD`]), with state
+/// events among them and another subject's messages in between.
 async fn publish(url: &str) {
     let client = async_nats::connect(url).await.expect("a connection");
     let js = jetstream::new(client);
@@ -346,7 +346,7 @@ async fn publish(url: &str) {
         );
     }
     acks.push(send("gapless.v.c", headers("epoch", "SESS", None), Bytes::new()).await);
-    for seq in 300_001..=303_000 {
+    for seq in 300_001..=330_000 {
         acks.push(
             send(
                 "gapless.v.c",
@@ -425,21 +425,24 @@ fn a_real_stream_is_read_back_across_sessions_and_far_sequences() {
     for (i, m) in got.iter().enumerate() {
         assert_eq!(m[..], payload_of("SESS", 300_001 + i as u64)[..]);
     }
-    // Further on, past state events and another subject's messages.
-    let (first, got) = ask(&client, to, "SESS", 302_990, 100).expect("an answer");
-    assert_eq!(first, 302_990);
-    assert_eq!(got.len(), 11, "302,990..=303,000");
-    assert_eq!(got[10][..], payload_of("SESS", 303_000)[..]);
-    // Back to the start: a new search.
+    // Further on (read on to), past state events and another subject's messages.
+    let (first, got) = ask(&client, to, "SESS", 302_990, 5).expect("an answer");
+    assert_eq!((first, got.len()), (302_990, 5));
+    assert_eq!(got[4][..], payload_of("SESS", 302_994)[..]);
+    // Far on, to the session's last (searched for), and back to its start.
+    let (first, got) = ask(&client, to, "SESS", 329_990, 100).expect("an answer");
+    assert_eq!(first, 329_990);
+    assert_eq!(got.len(), 11, "329,990..=330,000");
+    assert_eq!(got[10][..], payload_of("SESS", 330_000)[..]);
     let (first, got) = ask(&client, to, "SESS", 300_002, 3).expect("an answer");
     assert_eq!((first, got.len()), (300_002, 3));
     // Not held: past the end, and a session that is not the subject's latest.
-    assert_eq!(ask(&client, to, "SESS", 303_001, 5), None);
+    assert_eq!(ask(&client, to, "SESS", 330_001, 5), None);
     assert_eq!(ask(&client, to, "OLD", 10, 5), None);
     let counters = Arc::clone(source.counters());
     source.stop();
-    assert_eq!(counters.requests(), 5);
-    assert_eq!(counters.answers(), 3);
+    assert_eq!(counters.requests(), 6);
+    assert_eq!(counters.answers(), 4);
     assert_eq!(counters.unanswered(), 2);
     assert_eq!(counters.failures(), 0);
 }
