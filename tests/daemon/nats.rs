@@ -708,8 +708,7 @@ fn a_restarted_member_of_a_pair_recovers_from_jetstream_what_the_venue_no_longer
             .and_then(|l| l.rsplit('\t').next())
             .and_then(|n| n.parse().ok())
     };
-    // Killed once its cursor file says a third of the feed is in JetStream: the file is
-    // written by a synced rename, which a loaded disk here has delayed by seconds.
+    // Killed once its cursor file says a third of the feed is in JetStream.
     let deadline = Instant::now() + Duration::from_secs(60);
     while saved_cursor().is_none_or(|c| c < MESSAGES / 3) {
         assert!(
