@@ -27,10 +27,14 @@
 //! starts is found by a binary search over the stream's sequence numbers with
 //! `STREAM.MSG.GET` (`next_by_subj`), on the order the nats sink guarantees: a subject's
 //! messages of one session are stored in sequence order, and a session's messages come after
-//! those of the sessions before it. The search runs only when the subject's last message is
-//! of the request's session and at or past its first sequence, so a session that is over is
-//! not searched for. A request that follows the consumer's position is answered by reading
-//! on; every read has a deadline ([`FILL_DEADLINE`]).
+//! those of the sessions before it (around a session change the two daemons of a pair may
+//! publish both for a while, so the consumer starts [`LOOK_BACK`] stream sequences early).
+//! The search runs only when the subject's last message is of the request's session and at
+//! or past its first sequence, so a session that is over is not searched for. A request
+//! shortly after the consumer's position, or any ahead of it while the consumer serves
+//! others (a restart's hole is asked for in many pieces at once), waits for the consumer to
+//! read on to it; one further ahead is searched for. Every wait has a deadline
+//! ([`FILL_DEADLINE`]), after which the request goes unanswered.
 //!
 //! Every request, answer, unanswered request and failure is counted
 //! ([`RecoveryCounters`], `gapless_jetstream_recovery_*`), and failures and unanswered
@@ -71,6 +75,10 @@ pub const ENTRY_BYTES: usize = 64;
 pub const READ_AHEAD: u64 = 16_384;
 /// A request further than this past the consumer's position starts a new search.
 const MAX_SKIP: u64 = 200_000;
+/// Events of other sessions in a row after which a reader's session is taken as over.
+const MAX_FOREIGN: u64 = 4096;
+/// Stream sequences a consumer starts before where the search found the request's first.
+const LOOK_BACK: u64 = 1024;
 /// Messages the consumer fetches in one pull.
 const BATCH: usize = 4096;
 /// The longest one request waits for JetStream (a search, a consumer, the reader getting
@@ -500,7 +508,10 @@ struct Reader {
     target: u64,
     /// Nothing came for [`IDLE_END`]: the stream's end, for now.
     idle: bool,
-    /// It read a message of a later session: nothing more of this one will come.
+    /// Events of other sessions read since the last message of this one.
+    foreign: u64,
+    /// It read more than [`MAX_FOREIGN`] events of other sessions in a row: this one is
+    /// over on the subject.
     ended: bool,
 }
 
@@ -612,7 +623,9 @@ impl Responder {
                     let next = std::pin::pin!(tokio::time::timeout(IDLE_END, r.messages.next()));
                     match select(recv, next).await {
                         Either::Left((Ok((n, from)), _)) => Turn::Request(n, from),
-                        Either::Left((Err(e), _)) => Turn::Failed(format!("receive: {e}")),
+                        Either::Left((Err(e), _)) => {
+                            return Some(format!("channel {}: receive: {e}", self.channel.channel));
+                        }
                         Either::Right((Err(_), _)) => Turn::Idle,
                         Either::Right((Ok(Some(Ok(m))), _)) => Turn::Read(Box::new(m)),
                         Either::Right((Ok(Some(Err(e))), _)) => {
@@ -647,15 +660,21 @@ impl Responder {
                         match stored(message.headers.as_ref()) {
                             Stored::Message { epoch, seq } if epoch == r.label => {
                                 r.last = r.last.max(seq);
+                                r.foreign = 0;
                                 // A copy: the client's payload shares its read buffer with
                                 // other messages, which the cache's bound would not see.
                                 self.cache
                                     .insert(seq, Bytes::copy_from_slice(&message.payload));
                             }
                             Stored::Message { epoch, .. } | Stored::Other { epoch } => {
-                                // Another session's: the reader started inside this one, so
-                                // a later one has begun and nothing more of it comes.
-                                if epoch != r.label && epoch != "-" {
+                                // Another session's. Around a session change the two
+                                // daemons of a pair publish both sessions for a while, so
+                                // a few are passed over; a long run of them means this
+                                // session is over on the subject.
+                                if epoch != r.label && epoch != "-" && !epoch.is_empty() {
+                                    r.foreign += 1;
+                                }
+                                if r.foreign > MAX_FOREIGN && !r.ended {
                                     crate::log_debug!(
                                         "jetstream recovery {}/{}: session {} ends at {} on \
                                          the subject (session {epoch} follows)",
@@ -905,8 +924,11 @@ impl Responder {
         );
         let config = consumer::pull::Config {
             filter_subject: self.channel.subject.clone(),
+            // A little before what the search found: around a session change the two
+            // daemons of a pair publish both sessions for a while, and the search assumes
+            // they do not.
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: start,
+                start_sequence: start.saturating_sub(LOOK_BACK).max(1),
             },
             ack_policy: consumer::AckPolicy::None,
             inactive_threshold: Duration::from_secs(30),
@@ -934,6 +956,7 @@ impl Responder {
                 last: first.saturating_sub(1),
                 target,
                 idle: false,
+                foreign: 0,
                 ended: false,
             }),
             Ok(Err(why)) => {
