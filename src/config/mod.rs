@@ -88,7 +88,7 @@
 //! | `reorder_delay_us` | 0..=1000000 | 1000 |
 //! | `request_timeout_ms` | 1..=60000 | 50 |
 //! | `max_request_count` | 1..=65534 | 1000 |
-//! | `retry_budget` | 0..=1000 | 5 |
+//! | `retry_budget` | 0..=1000: timeouts without progress (at most one a `request_timeout_ms`, however many requests were in flight; an answer that moves the stream's head refills the budget) before a server is given up for the next one, and after the last for a snapshot or the gap policy | 5 |
 //! | `requests_per_sec` | 1..=1000000 | 2000 |
 //! | `max_replay` | 0 or more | 100000 |
 //! | `reset_threshold` | 0 (off) or more | 1000000 |

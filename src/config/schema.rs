@@ -381,7 +381,9 @@ pub struct Recovery {
     pub request_timeout: Duration,
     /// Messages asked for in one request, 1..=65534.
     pub max_request_count: u16,
-    /// Requests without progress before re-requests are given up for a snapshot.
+    /// Request timeouts without progress (one a `request_timeout` at most, however many
+    /// requests were in flight) before a server is given up for the next one, and after
+    /// the last for a snapshot.
     pub retry_budget: u32,
     /// Re-requests sent per second at most.
     pub requests_per_sec: u32,

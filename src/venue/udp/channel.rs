@@ -400,8 +400,10 @@ impl Channel {
         }
         if accepted && a.via == Via::Unicast {
             self.stats.recovered += 1;
-            // Recovery is making progress: the re-request budget is whole again.
-            self.requester.recovered(a.now.as_nanos());
+            // Delivered at once: it was the stream's head, and recovery moved on (the
+            // re-request budget is whole again); held: a later gap, which does not.
+            self.requester
+                .recovered(seq, disposition == Disposition::Processed);
         }
         self.deliver(core, &mut out, a.bytes, a.recv, emit);
         core.out = out;

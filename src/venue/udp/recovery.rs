@@ -84,9 +84,10 @@ impl Default for RequestPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Inflight {
     range: SeqRange,
-    /// When it was sent.
-    sent: u64,
     deadline: u64,
+    /// Since it was sent, an answer brought a missing message before its range: the server
+    /// is answering, and has not got to this one yet.
+    behind: bool,
 }
 
 /// What the planner decided for one missing piece.
@@ -113,8 +114,8 @@ pub struct Requester {
     server: usize,
     servers_spent: usize,
     budget_used: u32,
-    /// When an answer last brought a message that was missing.
-    recovered_at: Option<u64>,
+    /// When a timeout last spent a unit of the budget.
+    spent_at: Option<u64>,
     inflight: [Option<Inflight>; MAX_INFLIGHT],
     /// How many of `inflight` are `Some`: kept so the per-datagram checks do not scan
     /// the table.
@@ -139,7 +140,7 @@ impl Requester {
             server: 0,
             servers_spent: 0,
             budget_used: 0,
-            recovered_at: None,
+            spent_at: None,
             inflight: [None; MAX_INFLIGHT],
             inflight_count: 0,
             first_plan_at: None,
@@ -173,11 +174,21 @@ impl Requester {
         self.servers_spent = 0;
     }
 
-    /// An answer brought a message that was missing, at `now`: [`Requester::progress`],
-    /// and the server is known to be answering from then on.
-    pub fn recovered(&mut self, now: u64) {
-        self.progress();
-        self.recovered_at = Some(now);
+    /// An answer brought the missing message `seq`: every request in flight for a range
+    /// after it has a server that is answering and has not got to it yet. With
+    /// `head_moved` (the stream delivered it: it closed the gap at the stream's head),
+    /// recovery moved on: [`Requester::progress`]. A message after the head does not
+    /// refill the budget, so a server that answers later gaps but never the first one
+    /// still runs out, and the next server gets it.
+    pub fn recovered(&mut self, seq: u64, head_moved: bool) {
+        if head_moved {
+            self.progress();
+        }
+        if self.inflight_count > 0 {
+            for f in self.inflight.iter_mut().flatten() {
+                f.behind |= seq < f.range.from;
+            }
+        }
     }
 
     /// Notes that something is missing at `now`: the first plan is due after the reorder
@@ -207,21 +218,30 @@ impl Requester {
     }
 
     /// Drops requests whose deadline passed, counting them as timeouts (they are asked
-    /// for again by the next plan). One sent before the last answer that brought a
-    /// missing message spends nothing: the server is answering, in order and slower than
-    /// the timeout (a JetStream stream read back, or a venue server under load). Any other
-    /// spends a unit of the retry budget: a server that answers refills it, a dead one
-    /// runs out.
-    pub fn expire(&mut self, now: u64) {
+    /// for again by the next plan). Timeouts spend the retry budget one unit per request
+    /// timeout at most: a server is given up after `retry_budget` timeout periods in which
+    /// its requests went unanswered, however many it had in flight. One that the server
+    /// has not got to yet spends nothing: since it was sent, an answer brought a missing
+    /// message before its range (a server answering in order and slower than the timeout:
+    /// a JetStream stream read back, or a venue server under load). A server that moves
+    /// the stream's head refills the budget; a dead one, or one that lacks the head's
+    /// range, runs out.
+    pub fn expire(&mut self, now: u64, policy: &RequestPolicy) {
+        let mut spent = false;
         for slot in &mut self.inflight {
             if let Some(f) = slot.filter(|f| f.deadline <= now) {
                 *slot = None;
                 self.inflight_count -= 1;
                 self.timeouts += 1;
-                if self.recovered_at.is_none_or(|at| at < f.sent) {
-                    self.budget_used += 1;
-                }
+                spent |= !f.behind;
             }
+        }
+        let period_over = self
+            .spent_at
+            .is_none_or(|at| now >= at.saturating_add(policy.request_timeout_ns));
+        if spent && period_over {
+            self.budget_used += 1;
+            self.spent_at = Some(now);
         }
     }
 
@@ -289,7 +309,7 @@ impl Requester {
                 };
                 *slot = Some(Inflight {
                     range: chunk,
-                    sent: now,
+                    behind: false,
                     deadline: now.saturating_add(policy.request_timeout_ns),
                 });
                 self.inflight_count += 1;
@@ -448,7 +468,7 @@ impl Channel {
         if !force && !self.requester.due(now_ns, &policy) {
             return;
         }
-        self.requester.expire(now_ns);
+        self.requester.expire(now_ns, &policy);
         let snapshot = self.spec.snapshot.is_some();
         if snapshot && core.detector.missing_span(self.stream) > spec.max_replay {
             self.start_snapshot(core, spec, now, emit);
@@ -793,20 +813,20 @@ mod tests {
         let gap = [SeqRange::new(5, 5)];
         let (_, sent) = plan(&mut r, 1, &gap);
         assert_eq!(sent, [(1, SeqRange::new(5, 5))]);
-        r.expire(20_000);
+        r.expire(20_000, &policy());
         assert_eq!(r.timeouts, 1);
         let (_, sent) = plan(&mut r, 20_000, &gap);
         assert_eq!(sent, [(1, SeqRange::new(5, 5))]);
-        r.expire(40_000);
+        r.expire(40_000, &policy());
         let (_, sent) = plan(&mut r, 40_000, &gap);
         assert_eq!(
             sent,
             [(2, SeqRange::new(5, 5))],
             "budget spent: second server"
         );
-        r.expire(60_000);
+        r.expire(60_000, &policy());
         plan(&mut r, 60_000, &gap);
-        r.expire(80_000);
+        r.expire(80_000, &policy());
         let (p, sent) = plan(&mut r, 80_000, &gap);
         assert_eq!(p, Plan::Exhausted);
         assert!(sent.is_empty());
@@ -817,7 +837,7 @@ mod tests {
         let mut r = Requester::new(vec![addr(1)]);
         for round in 0..10u64 {
             let now = round * 20_000 + 1;
-            r.expire(now);
+            r.expire(now, &policy());
             let (p, sent) = plan(&mut r, now, &[SeqRange::new(100 + round, 100 + round)]);
             assert_eq!(p, Plan::Wait);
             assert_eq!(sent.len(), 1, "round {round}");
@@ -840,9 +860,9 @@ mod tests {
         while let Some(done) = missing.first().copied() {
             now += 15_000;
             r.answered(done);
-            r.recovered(now - 1);
+            r.recovered(done.to, true);
             missing.remove(0);
-            r.expire(now);
+            r.expire(now, &policy());
             let (p, sent) = plan(&mut r, now, &missing);
             assert_eq!(p, Plan::Wait, "at {now}");
             assert!(
@@ -854,15 +874,84 @@ mod tests {
     }
 
     #[test]
+    fn a_range_the_server_went_past_spends_the_budget() {
+        // The server answers the later range (live loss) but never the earlier one (a hole
+        // older than it holds): the earlier one's timeouts spend the budget, and the next
+        // server gets it.
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        // Four requests' worth of hole at the head (ten messages a request), one of live
+        // loss after it, answered every round without moving the head.
+        let (hole, live) = (SeqRange::new(1, 40), SeqRange::new(100, 100));
+        let mut now = 1;
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            let (_, sent) = plan(&mut r, now, &[hole, live]);
+            servers.push(
+                sent.iter()
+                    .filter(|(_, range)| range.from < 100)
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+            );
+            r.answered(live);
+            r.recovered(100, false);
+            now += 15_000;
+            r.expire(now, &policy());
+        }
+        assert_eq!(
+            servers,
+            [vec![1; 4], vec![1; 4], vec![2; 4]],
+            "after two rounds of timeouts (the budget) the hole goes to the second server"
+        );
+    }
+
+    #[test]
+    fn requests_that_time_out_together_spend_one_unit() {
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        let gap = [SeqRange::new(1, 100)];
+        let (_, sent) = plan(&mut r, 1, &gap);
+        assert_eq!(sent.len(), 10);
+        r.expire(20_000, &policy());
+        let (_, sent) = plan(&mut r, 20_000, &gap);
+        assert!(
+            sent.iter().all(|(p, _)| *p == 1),
+            "one unit of two spent: {sent:?}"
+        );
+        r.expire(40_000, &policy());
+        let (_, sent) = plan(&mut r, 40_000, &gap);
+        assert!(sent.iter().all(|(p, _)| *p == 2), "two spent: {sent:?}");
+        assert_eq!(r.timeouts, 20);
+    }
+
+    #[test]
+    fn timeouts_spend_one_unit_per_request_timeout_at_most() {
+        // Requests sent a little apart time out a little apart: within one request timeout
+        // (10,000 here) they spend one unit, not one each.
+        let mut r = Requester::new(vec![addr(1), addr(2)]);
+        plan(&mut r, 1, &[SeqRange::new(1, 10)]);
+        plan(&mut r, 4_000, &[SeqRange::new(1, 20)]);
+        plan(&mut r, 8_000, &[SeqRange::new(1, 30)]);
+        for now in [10_001, 14_000, 18_000] {
+            r.expire(now, &policy());
+        }
+        assert_eq!(r.timeouts, 3);
+        let (_, sent) = plan(&mut r, 18_000, &[SeqRange::new(1, 30)]);
+        assert!(
+            sent.iter().all(|(p, _)| *p == 1),
+            "one unit of two spent: {sent:?}"
+        );
+    }
+
+    #[test]
     fn a_server_that_stops_answering_spends_its_budget_again() {
         let mut r = Requester::new(vec![addr(1), addr(2)]);
         let gap = [SeqRange::new(5, 5)];
-        r.recovered(0);
         plan(&mut r, 1, &gap);
-        // Requests sent after the last recovery that time out spend the budget as before.
-        r.expire(20_000);
+        // A message after its range: the server went past it, and its timeouts spend the
+        // budget as before.
+        r.recovered(9, false);
+        r.expire(20_000, &policy());
         plan(&mut r, 20_000, &gap);
-        r.expire(40_000);
+        r.expire(40_000, &policy());
         let (_, sent) = plan(&mut r, 40_000, &gap);
         assert_eq!(
             sent,
