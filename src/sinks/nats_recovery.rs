@@ -77,6 +77,11 @@ pub const READ_AHEAD: u64 = 16_384;
 const MAX_SKIP: u64 = 200_000;
 /// Events of other sessions in a row after which a reader's session is taken as over.
 const MAX_FOREIGN: u64 = 4096;
+/// A reader that delivered nothing for this long, with nothing waiting, is let go: its
+/// consumer would soon be deleted by the server.
+const STALE: Duration = Duration::from_secs(10);
+/// The longest a consumer's deletion is waited for.
+const CLOSE_DEADLINE: Duration = Duration::from_millis(500);
 /// Stream sequences a consumer starts before where the search found the request's first.
 const LOOK_BACK: u64 = 1024;
 /// Messages the consumer fetches in one pull.
@@ -441,6 +446,8 @@ struct Cache {
     label: String,
     messages: BTreeMap<u64, Bytes>,
     bytes: usize,
+    /// The highest sequence let go to keep the bound, if any.
+    evicted_through: Option<u64>,
 }
 
 impl Cache {
@@ -450,6 +457,7 @@ impl Cache {
             label.clone_into(&mut self.label);
             self.messages.clear();
             self.bytes = 0;
+            self.evicted_through = None;
         }
     }
 
@@ -460,10 +468,11 @@ impl Cache {
         }
         self.bytes += len;
         while self.bytes > CACHE_BYTES {
-            let Some((_, old)) = self.messages.pop_first() else {
+            let Some((seq, old)) = self.messages.pop_first() else {
                 break;
             };
             self.bytes -= old.len() + ENTRY_BYTES;
+            self.evicted_through = Some(self.evicted_through.map_or(seq, |e| e.max(seq)));
         }
     }
 }
@@ -501,13 +510,17 @@ fn stored(headers: Option<&HeaderMap>) -> Stored<'_> {
 /// An ephemeral consumer reading the channel's subject forward.
 struct Reader {
     label: String,
+    /// The consumer's name on the server, to delete it when the reader goes.
+    name: String,
     messages: consumer::pull::Stream,
+    /// The lowest sequence of the session read, once one was.
+    first_read: Option<u64>,
     /// The highest sequence of the session read so far.
     last: u64,
     /// Read on until `last` reaches this (what requests asked for, or the read-ahead).
     target: u64,
-    /// Nothing came for [`IDLE_END`]: the stream's end, for now.
-    idle: bool,
+    /// When it last delivered anything, or was opened.
+    last_read_at: Instant,
     /// Events of other sessions read since the last message of this one.
     foreign: u64,
     /// It read more than [`MAX_FOREIGN`] events of other sessions in a row: this one is
@@ -529,6 +542,17 @@ enum Reach {
 }
 
 impl Reader {
+    /// Nothing came for [`IDLE_END`]: the stream's end, for now.
+    fn idle(&self) -> bool {
+        self.last_read_at.elapsed() >= IDLE_END
+    }
+
+    /// True when the reader has read through `first` of the session `label`: JetStream
+    /// holds it only if the reader stored it.
+    fn covers(&self, label: &str, first: u64) -> bool {
+        self.label == label && self.first_read.is_some_and(|f| f <= first) && first <= self.last
+    }
+
     /// Where `first` of the session `label` stands from the reader.
     fn reach(&self, label: &str, first: u64) -> Reach {
         if self.label != label || self.ended || self.last >= first {
@@ -570,7 +594,10 @@ enum Turn {
     Request(usize, SocketAddr),
     Read(Box<jetstream::Message>),
     Idle,
+    /// Reading the consumer failed.
     Failed(String),
+    /// Receiving on the channel's socket failed.
+    SocketFailed(String),
 }
 
 impl Responder {
@@ -623,9 +650,7 @@ impl Responder {
                     let next = std::pin::pin!(tokio::time::timeout(IDLE_END, r.messages.next()));
                     match select(recv, next).await {
                         Either::Left((Ok((n, from)), _)) => Turn::Request(n, from),
-                        Either::Left((Err(e), _)) => {
-                            return Some(format!("channel {}: receive: {e}", self.channel.channel));
-                        }
+                        Either::Left((Err(e), _)) => Turn::SocketFailed(format!("receive: {e}")),
                         Either::Right((Err(_), _)) => Turn::Idle,
                         Either::Right((Ok(Some(Ok(m))), _)) => Turn::Read(Box::new(m)),
                         Either::Right((Ok(Some(Err(e))), _)) => {
@@ -637,9 +662,7 @@ impl Responder {
                 _ => match tokio::time::timeout(POLL, socket.recv_from(&mut buf)).await {
                     Err(_) => Turn::Idle,
                     Ok(Ok((n, from))) => Turn::Request(n, from),
-                    Ok(Err(e)) => {
-                        return Some(format!("channel {}: receive: {e}", self.channel.channel));
-                    }
+                    Ok(Err(e)) => Turn::SocketFailed(format!("receive: {e}")),
                 },
             };
             match turn {
@@ -656,10 +679,11 @@ impl Responder {
                 }
                 Turn::Read(message) => {
                     if let Some(r) = reader.as_mut() {
-                        r.idle = false;
+                        r.last_read_at = Instant::now();
                         match stored(message.headers.as_ref()) {
                             Stored::Message { epoch, seq } if epoch == r.label => {
                                 r.last = r.last.max(seq);
+                                r.first_read = Some(r.first_read.map_or(seq, |f| f.min(seq)));
                                 r.foreign = 0;
                                 // A copy: the client's payload shares its read buffer with
                                 // other messages, which the cache's bound would not see.
@@ -690,16 +714,33 @@ impl Responder {
                     }
                 }
                 Turn::Idle => {
-                    if let Some(r) = reader.as_mut() {
-                        r.idle = true;
+                    // A reader untouched for long loses its consumer on the server: let
+                    // it go first, and search again when asked.
+                    if reader
+                        .as_ref()
+                        .is_some_and(|r| waiting.is_empty() && r.last_read_at.elapsed() >= STALE)
+                    {
+                        self.close(stream, reader.take()).await;
                     }
                 }
                 Turn::Failed(why) => {
                     self.counters.failures.fetch_add(1, Ordering::Relaxed);
                     let label = self.cache.label.clone();
                     let first = waiting.first().map_or(0, |w| w.first);
-                    self.log_unanswered(&label, first, Some(&why));
-                    reader = None;
+                    self.log_unanswered(
+                        &label,
+                        first,
+                        Some(&format!("reading JetStream failed: {why}")),
+                    );
+                    self.close(stream, reader.take()).await;
+                }
+                Turn::SocketFailed(why) => {
+                    // The socket is the channel's own: counted, logged, and read again
+                    // after a pause, the other channels unaffected.
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    let label = self.cache.label.clone();
+                    self.log_unanswered(&label, 0, Some(&why));
+                    tokio::time::sleep(POLL).await;
                 }
             }
             self.answer_waiting(&mut waiting, reader.as_ref(), &socket)
@@ -729,14 +770,27 @@ impl Responder {
         let session = SessionKey(*request.session.as_bytes());
         let label = epoch_key(EpochLabel::new(&session.display(self.channel.wire)).as_str());
         if label != self.cache.label {
+            // Another session: what waited for the one before is not answered.
+            for w in std::mem::take(waiting) {
+                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+                let old = self.cache.label.clone();
+                self.log_unanswered(&old, w.first, Some("a request for another session came"));
+            }
             self.cache.switch(&label);
-            *reader = None;
-            waiting.clear();
+            self.close(stream, reader.take()).await;
         }
         let first = request.sequence;
         let wanted = first.saturating_add(u64::from(request.count) - 1);
         if self.cache.messages.contains_key(&first) {
             self.send(session, first, request.count, from, socket).await;
+            return;
+        }
+        // Read through already and not stored: JetStream does not hold it.
+        if reader.as_ref().is_some_and(|r| r.covers(&label, first))
+            && self.cache.evicted_through.is_none_or(|e| first > e)
+        {
+            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+            self.log_unanswered(&label, first, None);
             return;
         }
         // Read on to it when it is near, or when the reader is busy with requests before
@@ -754,10 +808,10 @@ impl Responder {
         };
         if !read_on {
             if busy && reach == Reach::Behind {
-                // The reader is serving others and has passed this one: asked again later,
-                // it is searched for once the reader is free.
+                // Out of the reader's reach (passed, or too far on) while it serves
+                // others: asked again later, it is searched for once the reader is free.
                 self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-                self.log_unanswered(&label, first, None);
+                self.log_unanswered(&label, first, Some("the reader is busy elsewhere"));
                 return;
             }
             if let Some(r) = reader.as_ref() {
@@ -770,6 +824,7 @@ impl Responder {
                     if r.ended { ", its session over" } else { "" }
                 );
             }
+            self.close(stream, reader.take()).await;
             *reader = self.open(stream, &label, first, wanted).await;
         }
         let Some(r) = reader.as_mut() else {
@@ -782,8 +837,13 @@ impl Responder {
             return;
         }
         if waiting.len() >= MAX_WAITING {
-            waiting.remove(0);
+            let dropped = waiting.remove(0);
             self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+            self.log_unanswered(
+                &label,
+                dropped.first,
+                Some("too many requests waiting for the reader"),
+            );
         }
         waiting.push(Waiting {
             session,
@@ -810,11 +870,12 @@ impl Responder {
         while let Some(w) = waiting.get(i).copied() {
             // Enough read for a full answer, or no more to come for now.
             let done = reader.is_none_or(|r| {
-                r.idle
+                r.idle()
                     || r.ended
                     || r.last >= w.first.saturating_add(u64::from(w.count.min(64)) - 1)
             });
-            if done && self.cache.messages.contains_key(&w.first) {
+            let held = self.cache.messages.contains_key(&w.first);
+            if held && (done || now >= w.until) {
                 waiting.swap_remove(i);
                 self.send(w.session, w.first, w.count, w.from, socket).await;
             } else if done && reader.is_none_or(|r| r.ended || r.last >= w.first) || now >= w.until
@@ -840,7 +901,10 @@ impl Responder {
         socket: &tokio::net::UdpSocket,
     ) {
         let Some((len, messages)) = self.build(session, first, count) else {
+            // Held, but longer than an answer takes.
             self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+            let label = self.cache.label.clone();
+            self.log_unanswered(&label, first, Some("the message does not fit an answer"));
             return;
         };
         let Some(bytes) = self.answer.get(..len) else {
@@ -864,10 +928,7 @@ impl Responder {
     fn log_unanswered(&mut self, label: &str, first: u64, why: Option<&str>) {
         if rate_limited(&mut self.unanswered_logged, &mut self.unanswered_held) {
             let held = std::mem::take(&mut self.unanswered_held);
-            let why = why.map_or_else(
-                || "JetStream holds no copy of it".to_string(),
-                |w| format!("reading JetStream failed: {w}"),
-            );
+            let why = why.unwrap_or("JetStream holds no copy of it");
             crate::log_info!(
                 "jetstream recovery {}/{}: a re-request for session {label} from {first} is not \
                  answered: {why}{}",
@@ -931,6 +992,7 @@ impl Responder {
                 start_sequence: start.saturating_sub(LOOK_BACK).max(1),
             },
             ack_policy: consumer::AckPolicy::None,
+            // Deleted when the reader goes; this is for a daemon that dies first.
             inactive_threshold: Duration::from_secs(30),
             memory_storage: true,
             ..Default::default()
@@ -940,22 +1002,26 @@ impl Responder {
                 .create_consumer(config)
                 .await
                 .map_err(|e| format!("no consumer: {e}"))?;
-            consumer
+            let name = consumer.cached_info().name.clone();
+            let messages = consumer
                 .stream()
                 .max_messages_per_batch(BATCH)
                 .messages()
                 .await
-                .map_err(|e| format!("the consumer delivers nothing: {e}"))
+                .map_err(|e| format!("the consumer delivers nothing: {e}"))?;
+            Ok::<_, String>((name, messages))
         })
         .await;
         match opened {
-            Ok(Ok(messages)) => Some(Reader {
+            Ok(Ok((name, messages))) => Some(Reader {
                 label: label.to_string(),
+                name,
                 messages,
+                first_read: None,
                 // It starts at the first message at or past `first`.
                 last: first.saturating_sub(1),
                 target,
-                idle: false,
+                last_read_at: Instant::now(),
                 foreign: 0,
                 ended: false,
             }),
@@ -970,9 +1036,33 @@ impl Responder {
         }
     }
 
+    /// Lets a reader go, deleting its consumer on the server (within [`CLOSE_DEADLINE`];
+    /// one left behind goes by itself after its inactivity threshold).
+    async fn close(&mut self, stream: &JsStream, reader: Option<Reader>) {
+        let Some(reader) = reader else {
+            return;
+        };
+        drop(reader.messages);
+        let deleted =
+            tokio::time::timeout(CLOSE_DEADLINE, stream.delete_consumer(&reader.name)).await;
+        if !matches!(deleted, Ok(Ok(_))) {
+            crate::log_debug!(
+                "jetstream recovery {}/{}: consumer {} not deleted; the server lets it go \
+                 after 30 s",
+                self.channel.venue,
+                self.channel.channel,
+                reader.name
+            );
+        }
+    }
+
     fn opening_failed(&mut self, label: &str, first: u64, why: &str) {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        self.log_unanswered(label, first, Some(why));
+        self.log_unanswered(
+            label,
+            first,
+            Some(&format!("reading JetStream failed: {why}")),
+        );
     }
 
     /// Writes the answer to (`session`, `first`, `count`) from the cache: the length and the
