@@ -86,9 +86,14 @@ const CLOSE_DEADLINE: Duration = Duration::from_millis(500);
 const LOOK_BACK: u64 = 1024;
 /// Messages the consumer fetches in one pull.
 const BATCH: usize = 4096;
-/// The longest one request waits for JetStream (a search, a consumer, the reader getting
-/// to it) before it goes unanswered.
+/// The longest a request waits for the reader to get to it once it is waiting, and the
+/// bound on the search and the consumer's creation for it: together a request is answered
+/// or given up within about twice this.
 pub const FILL_DEADLINE: Duration = Duration::from_secs(1);
+/// The first pause before connecting again after a failure; it doubles up to [`RETRY_MAX`].
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+/// A connection that lasted this long was not a failed one: the next is made at once.
+const STABLE_SESSION: Duration = Duration::from_secs(10);
 /// A consumer that delivers nothing for this long has reached the stream's end for now.
 const IDLE_END: Duration = Duration::from_millis(50);
 /// How often a waiting channel looks at the stop flag and the connection.
@@ -191,7 +196,10 @@ impl RecoveryCounters {
     pub fn messages(&self) -> u64 {
         self.messages.load(Ordering::Relaxed)
     }
-    /// Requests not answered: JetStream holds no copy of their first message.
+    /// Requests not answered: JetStream holds no copy of their first message, or it could
+    /// not be read in time, the reader was busy elsewhere, a request for another session
+    /// came, too many were waiting, or the message is too long for an answer (each logged
+    /// with its reason).
     pub fn unanswered(&self) -> u64 {
         self.unanswered.load(Ordering::Relaxed)
     }
@@ -223,7 +231,8 @@ impl JetStreamRecovery {
         &self.counters
     }
 
-    /// Stops the thread (within [`POLL`] and the read in progress).
+    /// Stops the thread and waits for it: within [`POLL`] when idle, and otherwise once the
+    /// operation in progress ends (each has a deadline of at most a few seconds).
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -271,9 +280,11 @@ pub fn start(
             .collect(),
         counters: Arc::clone(&counters),
         stop: Arc::clone(&stop),
-        retry_pause: Duration::from_millis(50),
+        retry_pause: FIRST_RETRY,
         failure_logged: None,
         failures_held: 0,
+        connect_logged: None,
+        connects_held: 0,
     };
     let thread = thread::Builder::new()
         .name("gapless-js-recovery".into())
@@ -294,6 +305,8 @@ struct Source {
     retry_pause: Duration,
     failure_logged: Option<Instant>,
     failures_held: u64,
+    connect_logged: Option<Instant>,
+    connects_held: u64,
 }
 
 impl Source {
@@ -310,10 +323,16 @@ impl Source {
                     continue;
                 }
             };
-            let connected = runtime.block_on(self.session());
+            let started = Instant::now();
+            let served = runtime.block_on(self.session());
             drop(runtime);
             self.counters.connected.store(0, Ordering::Relaxed);
-            if !connected {
+            // A connection that held for a while is made again at once; one that failed,
+            // or dropped soon after it was made (a server that takes connections and
+            // closes them), backs off as a failed connect does.
+            if served && started.elapsed() >= STABLE_SESSION {
+                self.retry_pause = FIRST_RETRY;
+            } else {
                 let pause = self.retry_pause;
                 self.retry_pause = (self.retry_pause * 2).min(RETRY_MAX);
                 self.sleep(pause);
@@ -347,7 +366,7 @@ impl Source {
     }
 
     /// One connection: serves every channel until it drops or the thread stops. False when
-    /// no connection could be made, or a channel failed.
+    /// no connection could be made, or a channel failed (its socket could not be set up).
     async fn session(&mut self) -> bool {
         let lost = Arc::new(AtomicBool::new(false));
         let options =
@@ -392,15 +411,18 @@ impl Source {
                 return false;
             }
         };
-        self.retry_pause = Duration::from_millis(50);
         self.counters.connected.store(1, Ordering::Relaxed);
-        crate::log_info!(
-            "jetstream recovery: connected to {}, answering re-requests of {} channels from \
-             stream {}",
-            self.settings.url,
-            self.responders.len(),
-            self.settings.stream
-        );
+        if rate_limited(&mut self.connect_logged, &mut self.connects_held) {
+            let held = std::mem::take(&mut self.connects_held);
+            crate::log_info!(
+                "jetstream recovery: connected to {}, answering re-requests of {} channels \
+                 from stream {}{}",
+                self.settings.url,
+                self.responders.len(),
+                self.settings.stream,
+                more(held)
+            );
+        }
         let stop = &*self.stop;
         let lost = &*lost;
         let serving = self
