@@ -286,6 +286,11 @@ fn read(path: &Path) -> Option<Read> {
             ),
         }
     }
+    if serial == 0 && cursors.is_empty() {
+        // Neither a serial nor a cursor: a file cut short before its serial line, not one
+        // of the older format.
+        return None;
+    }
     Some(Read { serial, cursors })
 }
 
@@ -704,6 +709,12 @@ mod tests {
         );
         std::fs::remove_file(dir.join(SYNCED_NAME)).unwrap();
         assert_eq!(next_of(&dir), Some(30));
+        // The older format (no serial, no end line) is read; an empty file is not a file
+        // of it.
+        std::fs::write(dir.join(FILE_NAME), "sim\ta\tE\t70\n").unwrap();
+        assert_eq!(next_of(&dir), Some(70));
+        std::fs::write(dir.join(FILE_NAME), "").unwrap();
+        assert!(newest(&dir).is_none(), "an empty file is torn, not read");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
