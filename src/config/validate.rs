@@ -119,6 +119,7 @@ fn jetstream_sources(
                 .as_ref()
                 .map(|l| l.get_ref().as_slice())
                 .unwrap_or(&[]);
+            let mut resolved: Vec<String> = Vec::new();
             for (i, (entry, raw_entry)) in entries.iter_mut().zip(raw_entries).enumerate() {
                 let Rerequest::JetStream(named) = entry else {
                     continue;
@@ -138,8 +139,21 @@ fn jetstream_sources(
                 } else {
                     Err(format!("no nats sink has stream {named:?}"))
                 };
+                // "jetstream" and "jetstream:FEED" may name the same stream.
+                let found = found.and_then(|stream| {
+                    if resolved.iter().any(|r| r == stream) {
+                        Err(format!(
+                            "stream {stream} is already listed for this channel"
+                        ))
+                    } else {
+                        Ok(stream)
+                    }
+                });
                 match found {
-                    Ok(stream) => *named = stream.to_string(),
+                    Ok(stream) => {
+                        resolved.push(stream.to_string());
+                        *named = stream.to_string();
+                    }
                     Err(why) => {
                         ok = false;
                         let path = Path::root()

@@ -861,4 +861,19 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
         )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"),
     );
     assert_eq!(errors.errors()[0].kind, ErrorKind::Duplicate, "{errors}");
+    // Written two ways, one stream: the second is refused once both are resolved.
+    let message = single(
+        &(edit(&[(
+            "rerequest = [\"10.1.9.1:18000\"]",
+            "rerequest = [\"jetstream\", \"jetstream:FEED\"]",
+        )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"),
+        ErrorKind::InvalidValue,
+        "12:29",
+        "venue[0].channel[0].rerequest[1]",
+        "\"jetstream:STREAM\"",
+    );
+    assert!(
+        message.contains("stream FEED is already listed for this channel"),
+        "{message}"
+    );
 }
