@@ -38,7 +38,8 @@
 //!
 //! Every request, answer, unanswered request and failure is counted
 //! ([`RecoveryCounters`], `gapless_jetstream_recovery_*`), and failures and unanswered
-//! requests are logged at most every [`LOG_EVERY`] with how many there were.
+//! requests are logged at most every [`LOG_EVERY`](crate::sinks::nats::LOG_EVERY) with how
+//! many there were.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -57,7 +58,8 @@ use crate::protocol::iex_tp;
 use crate::protocol::moldudp64::{self, Request, Session};
 use crate::sinks::SinkError;
 use crate::sinks::nats::{
-    CONNECT_TIMEOUT, EPOCH, KIND, RETRY_MAX, SEQ, SNAPSHOT, connect_options, epoch_header, token,
+    CONNECT_TIMEOUT, EPOCH, KIND, LogEvery, RETRY_MAX, SEQ, SNAPSHOT, connect_options,
+    epoch_header, token,
 };
 use crate::venue::EpochLabel;
 use crate::venue::udp::{SessionKey, Wire};
@@ -100,8 +102,6 @@ const IDLE_END: Duration = Duration::from_millis(50);
 const POLL: Duration = Duration::from_millis(100);
 /// Non-message events skipped forward at most when a probe lands on one.
 const MAX_EVENT_SKIP: usize = 16;
-/// A failure of one kind, or unanswered requests, are logged at most this often.
-pub const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// One channel that reads JetStream: its socket (the address its `"jetstream"` entry
 /// became) and where its messages are.
@@ -269,22 +269,13 @@ pub fn start(
         settings: settings.clone(),
         responders: channels
             .into_iter()
-            .map(|channel| Responder {
-                channel,
-                cache: Cache::default(),
-                answer: vec![0; ANSWER_BYTES],
-                counters: Arc::clone(&counters),
-                unanswered_logged: None,
-                unanswered_held: 0,
-            })
+            .map(|channel| Responder::new(channel, Arc::clone(&counters)))
             .collect(),
         counters: Arc::clone(&counters),
         stop: Arc::clone(&stop),
         retry_pause: FIRST_RETRY,
-        failure_logged: None,
-        failures_held: 0,
-        connect_logged: None,
-        connects_held: 0,
+        failure_logged: LogEvery::default(),
+        connect_logged: LogEvery::default(),
     };
     let thread = thread::Builder::new()
         .name("gapless-js-recovery".into())
@@ -303,10 +294,8 @@ struct Source {
     counters: Arc<RecoveryCounters>,
     stop: Arc<AtomicBool>,
     retry_pause: Duration,
-    failure_logged: Option<Instant>,
-    failures_held: u64,
-    connect_logged: Option<Instant>,
-    connects_held: u64,
+    failure_logged: LogEvery,
+    connect_logged: LogEvery,
 }
 
 impl Source {
@@ -354,13 +343,11 @@ impl Source {
 
     fn failure(&mut self, what: std::fmt::Arguments<'_>) {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        if rate_limited(&mut self.failure_logged, &mut self.failures_held) {
-            let held = std::mem::take(&mut self.failures_held);
+        if let Some(more) = self.failure_logged.allow() {
             crate::log_warn!(
-                "jetstream recovery {} ({}): {what}{}",
+                "jetstream recovery {} ({}): {what}{more}",
                 self.settings.stream,
                 self.settings.url,
-                more(held)
             );
         }
     }
@@ -412,15 +399,13 @@ impl Source {
             }
         };
         self.counters.connected.store(1, Ordering::Relaxed);
-        if rate_limited(&mut self.connect_logged, &mut self.connects_held) {
-            let held = std::mem::take(&mut self.connects_held);
+        if let Some(more) = self.connect_logged.allow() {
             crate::log_info!(
                 "jetstream recovery: connected to {}, answering re-requests of {} channels \
-                 from stream {}{}",
+                 from stream {}{more}",
                 self.settings.url,
                 self.responders.len(),
                 self.settings.stream,
-                more(held)
             );
         }
         let stop = &*self.stop;
@@ -437,27 +422,6 @@ impl Source {
         }
         // A channel that failed on its own (its socket) is served again after a pause.
         !failed
-    }
-}
-
-/// True when a line may be logged now (at most every [`LOG_EVERY`]); otherwise counts one
-/// more held back.
-fn rate_limited(logged: &mut Option<Instant>, held: &mut u64) -> bool {
-    let now = Instant::now();
-    if logged.is_none_or(|at| now.duration_since(at) >= LOG_EVERY) {
-        *logged = Some(now);
-        true
-    } else {
-        *held += 1;
-        false
-    }
-}
-
-fn more(held: u64) -> String {
-    if held > 0 {
-        format!(" ({held} more like it since the last report)")
-    } else {
-        String::new()
     }
 }
 
@@ -607,8 +571,7 @@ struct Responder {
     cache: Cache,
     answer: Vec<u8>,
     counters: Arc<RecoveryCounters>,
-    unanswered_logged: Option<Instant>,
-    unanswered_held: u64,
+    unanswered_logged: LogEvery,
 }
 
 /// What one turn of a channel's loop brought.
@@ -623,6 +586,16 @@ enum Turn {
 }
 
 impl Responder {
+    fn new(channel: JetStreamChannel, counters: Arc<RecoveryCounters>) -> Self {
+        Self {
+            channel,
+            cache: Cache::default(),
+            answer: vec![0; ANSWER_BYTES],
+            counters,
+            unanswered_logged: LogEvery::default(),
+        }
+    }
+
     /// Answers the channel's requests until the thread stops or the connection drops;
     /// `Some` names a failure that ended it.
     ///
@@ -746,22 +719,14 @@ impl Responder {
                     }
                 }
                 Turn::Failed(why) => {
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    let label = self.cache.label.clone();
                     let first = waiting.first().map_or(0, |w| w.first);
-                    self.log_unanswered(
-                        &label,
-                        first,
-                        Some(&format!("reading JetStream failed: {why}")),
-                    );
+                    self.read_failed(first, &why);
                     self.close(stream, reader.take()).await;
                 }
                 Turn::SocketFailed(why) => {
                     // The socket is the channel's own: counted, logged, and read again
                     // after a pause, the other channels unaffected.
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    let label = self.cache.label.clone();
-                    self.log_unanswered(&label, 0, Some(&why));
+                    self.failed(0, &why);
                     tokio::time::sleep(POLL).await;
                 }
             }
@@ -794,9 +759,7 @@ impl Responder {
         if label != self.cache.label {
             // Another session: what waited for the one before is not answered.
             for w in std::mem::take(waiting) {
-                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-                let old = self.cache.label.clone();
-                self.log_unanswered(&old, w.first, Some("a request for another session came"));
+                self.unanswered(w.first, Some("a request for another session came"));
             }
             self.cache.switch(&label);
             self.close(stream, reader.take()).await;
@@ -811,8 +774,7 @@ impl Responder {
         if reader.as_ref().is_some_and(|r| r.covers(&label, first))
             && self.cache.evicted_through.is_none_or(|e| first > e)
         {
-            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-            self.log_unanswered(&label, first, None);
+            self.unanswered(first, None);
             return;
         }
         // Read on to it when it is near, or when the reader is busy with requests before
@@ -832,8 +794,7 @@ impl Responder {
             if busy && reach == Reach::Behind {
                 // Out of the reader's reach (passed, or too far on) while it serves
                 // others: asked again later, it is searched for once the reader is free.
-                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-                self.log_unanswered(&label, first, Some("the reader is busy elsewhere"));
+                self.unanswered(first, Some("the reader is busy elsewhere"));
                 return;
             }
             if let Some(r) = reader.as_ref() {
@@ -850,8 +811,7 @@ impl Responder {
             *reader = self.open(stream, &label, first, wanted).await;
         }
         let Some(r) = reader.as_mut() else {
-            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-            self.log_unanswered(&label, first, None);
+            self.unanswered(first, None);
             return;
         };
         r.target = r.target.max(wanted.min(first.saturating_add(READ_AHEAD)));
@@ -860,9 +820,7 @@ impl Responder {
         }
         if waiting.len() >= MAX_WAITING {
             let dropped = waiting.remove(0);
-            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-            self.log_unanswered(
-                &label,
+            self.unanswered(
                 dropped.first,
                 Some("too many requests waiting for the reader"),
             );
@@ -904,9 +862,7 @@ impl Responder {
             {
                 // Read past and not held, or waited its whole deadline.
                 waiting.swap_remove(i);
-                self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-                let label = self.cache.label.clone();
-                self.log_unanswered(&label, w.first, None);
+                self.unanswered(w.first, None);
             } else {
                 i += 1;
             }
@@ -924,9 +880,7 @@ impl Responder {
     ) {
         let Some((len, messages)) = self.build(session, first, count) else {
             // Held, but longer than an answer takes.
-            self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
-            let label = self.cache.label.clone();
-            self.log_unanswered(&label, first, Some("the message does not fit an answer"));
+            self.unanswered(first, Some("the message does not fit an answer"));
             return;
         };
         let Some(bytes) = self.answer.get(..len) else {
@@ -939,24 +893,38 @@ impl Responder {
                     .messages
                     .fetch_add(messages, Ordering::Relaxed);
             }
-            Err(e) => {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                let label = self.cache.label.clone();
-                self.log_unanswered(&label, first, Some(&e.to_string()));
-            }
+            Err(e) => self.failed(first, &e.to_string()),
         }
     }
 
-    fn log_unanswered(&mut self, label: &str, first: u64, why: Option<&str>) {
-        if rate_limited(&mut self.unanswered_logged, &mut self.unanswered_held) {
-            let held = std::mem::take(&mut self.unanswered_held);
-            let why = why.unwrap_or("JetStream holds no copy of it");
+    /// Counts a request from `first` not answered, and logs it with `why` (by default,
+    /// that JetStream holds no copy).
+    fn unanswered(&mut self, first: u64, why: Option<&str>) {
+        self.counters.unanswered.fetch_add(1, Ordering::Relaxed);
+        self.log_not_answered(first, why.unwrap_or("JetStream holds no copy of it"));
+    }
+
+    /// Counts a failure while a request from `first` was served, and logs it.
+    fn failed(&mut self, first: u64, why: &str) {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        self.log_not_answered(first, why);
+    }
+
+    /// [`Responder::failed`] for a search or read of JetStream.
+    fn read_failed(&mut self, first: u64, why: &str) {
+        self.failed(first, &format!("reading JetStream failed: {why}"));
+    }
+
+    /// Logs, rate limited, that a request from `first` of the cache's session is not
+    /// answered, and why.
+    fn log_not_answered(&mut self, first: u64, why: &str) {
+        if let Some(more) = self.unanswered_logged.allow() {
             crate::log_info!(
-                "jetstream recovery {}/{}: a re-request for session {label} from {first} is not \
-                 answered: {why}{}",
+                "jetstream recovery {}/{}: a re-request for session {} from {first} is not \
+                 answered: {why}{more}",
                 self.channel.venue,
                 self.channel.channel,
-                more(held)
+                self.cache.label,
             );
         }
     }
@@ -990,11 +958,11 @@ impl Responder {
                 return None;
             }
             Ok(Err(why)) => {
-                self.opening_failed(label, first, &why);
+                self.read_failed(first, &why);
                 return None;
             }
             Err(_) => {
-                self.opening_failed(label, first, "the search ran past its deadline");
+                self.read_failed(first, "the search ran past its deadline");
                 return None;
             }
         };
@@ -1048,11 +1016,11 @@ impl Responder {
                 ended: false,
             }),
             Ok(Err(why)) => {
-                self.opening_failed(label, first, &why);
+                self.read_failed(first, &why);
                 None
             }
             Err(_) => {
-                self.opening_failed(label, first, "opening a consumer ran past its deadline");
+                self.read_failed(first, "opening a consumer ran past its deadline");
                 None
             }
         }
@@ -1076,15 +1044,6 @@ impl Responder {
                 reader.name
             );
         }
-    }
-
-    fn opening_failed(&mut self, label: &str, first: u64, why: &str) {
-        self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        self.log_unanswered(
-            label,
-            first,
-            Some(&format!("reading JetStream failed: {why}")),
-        );
     }
 
     /// Writes the answer to (`session`, `first`, `count`) from the cache: the length and the

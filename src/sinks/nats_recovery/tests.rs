@@ -124,8 +124,8 @@ fn stored_messages_are_told_from_events_and_snapshots() {
 }
 
 fn responder(wire: Wire) -> Responder {
-    Responder {
-        channel: JetStreamChannel {
+    Responder::new(
+        JetStreamChannel {
             venue: "v".into(),
             channel: "c".into(),
             subject: "gapless.v.c".into(),
@@ -133,12 +133,8 @@ fn responder(wire: Wire) -> Responder {
             socket: bind_local().expect("a loopback socket"),
             warm: None,
         },
-        cache: Cache::default(),
-        answer: vec![0; ANSWER_BYTES],
-        counters: Arc::new(RecoveryCounters::default()),
-        unanswered_logged: None,
-        unanswered_held: 0,
-    }
+        Arc::new(RecoveryCounters::default()),
+    )
 }
 
 fn message(seq: u64) -> Bytes {
