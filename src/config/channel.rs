@@ -103,19 +103,14 @@ pub(super) fn channel<S>(
             for (index, item) in list.get_ref().iter().enumerate() {
                 let path = path.key("rerequest").index(index);
                 let server = match jetstream_entry(item.get_ref()) {
-                    // Which nats sink it names is checked once the sinks are read.
+                    // Which nats sink it names, and whether another entry names the same,
+                    // is checked once the sinks are read.
                     Some(stream) => Some(Rerequest::JetStream(stream.to_string())),
-                    None => report.server(item, &path).map(Rerequest::Server),
+                    None => report.server(item, &path).map(|addr| {
+                        report.unique(&mut seen, addr, &item.span(), &path, "re-request server");
+                        Rerequest::Server(addr)
+                    }),
                 };
-                if let Some(entry) = &server {
-                    report.unique(
-                        &mut seen,
-                        entry.clone(),
-                        &item.span(),
-                        &path,
-                        "re-request server",
-                    );
-                }
                 servers.push(server);
             }
             servers.into_iter().collect()

@@ -119,7 +119,9 @@ fn jetstream_sources(
                 .as_ref()
                 .map(|l| l.get_ref().as_slice())
                 .unwrap_or(&[]);
-            let mut resolved: Vec<String> = Vec::new();
+            // "jetstream" and "jetstream:FEED" may name the same stream: duplicates of
+            // these entries are found once they are resolved.
+            let mut resolved = HashMap::new();
             for (i, (entry, raw_entry)) in entries.iter_mut().zip(raw_entries).enumerate() {
                 let Rerequest::JetStream(named) = entry else {
                     continue;
@@ -139,30 +141,28 @@ fn jetstream_sources(
                 } else {
                     Err(format!("no nats sink has stream {named:?}"))
                 };
-                // "jetstream" and "jetstream:FEED" may name the same stream.
-                let found = found.and_then(|stream| {
-                    if resolved.iter().any(|r| r == stream) {
-                        Err(format!(
-                            "stream {stream} is already listed for this channel"
-                        ))
-                    } else {
-                        Ok(stream)
-                    }
-                });
+                let path = Path::root()
+                    .key("venue")
+                    .index(v)
+                    .key("channel")
+                    .index(c)
+                    .key("rerequest")
+                    .index(i);
                 match found {
                     Ok(stream) => {
-                        resolved.push(stream.to_string());
-                        *named = stream.to_string();
+                        let stream = stream.to_string();
+                        let span = raw_entry.span();
+                        report.unique(
+                            &mut resolved,
+                            stream.clone(),
+                            &span,
+                            &path,
+                            "JetStream stream",
+                        );
+                        *named = stream;
                     }
                     Err(why) => {
                         ok = false;
-                        let path = Path::root()
-                            .key("venue")
-                            .index(v)
-                            .key("channel")
-                            .index(c)
-                            .key("rerequest")
-                            .index(i);
                         report.push(
                             ErrorKind::InvalidValue,
                             &raw_entry.span(),

@@ -768,6 +768,24 @@ fn held_datagrams_is_read_and_bounded() {
 }
 
 #[test]
+fn a_rerequest_server_listed_twice_is_a_duplicate() {
+    let message = single(
+        &edit(&[(
+            "rerequest = [\"10.1.9.1:18000\"]",
+            "rerequest = [\"10.1.9.1:18000\", \"10.1.9.1:18000\"]",
+        )]),
+        ErrorKind::Duplicate,
+        "12:34",
+        "venue[0].channel[0].rerequest[1]",
+        "each re-request server to be used once",
+    );
+    assert!(
+        message.contains("is already used at line 12, column 16"),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
     use gapless::config::{Rerequest, Sink, VenueKind};
     let rerequest = |config: &Config| match &config.venues[0].kind {
@@ -861,19 +879,20 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
         )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"),
     );
     assert_eq!(errors.errors()[0].kind, ErrorKind::Duplicate, "{errors}");
+    assert_eq!(errors.errors().len(), 1, "reported once: {errors}");
     // Written two ways, one stream: the second is refused once both are resolved.
     let message = single(
         &(edit(&[(
             "rerequest = [\"10.1.9.1:18000\"]",
             "rerequest = [\"jetstream\", \"jetstream:FEED\"]",
         )]) + "\n[[sink]]\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nstream = \"FEED\"\n"),
-        ErrorKind::InvalidValue,
+        ErrorKind::Duplicate,
         "12:29",
         "venue[0].channel[0].rerequest[1]",
-        "\"jetstream:STREAM\"",
+        "each JetStream stream to be used once",
     );
     assert!(
-        message.contains("stream FEED is already listed for this channel"),
+        message.contains("is already used at line 12, column 16"),
         "{message}"
     );
 }
