@@ -80,6 +80,15 @@ impl NatsServer {
         self.child = Some(child);
     }
 
+    /// Stops the process (SIGSTOP) without closing its sockets: publishes go unanswered.
+    fn freeze(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+            let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGSTOP) };
+            assert_eq!(sent, 0, "SIGSTOP to nats-server");
+        }
+    }
+
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
@@ -198,15 +207,20 @@ fn sigterm(child: &mut Child) {
 
 /// Waits (at most `within`) until the sink's `/metrics` on `port` counts `n` acknowledged.
 fn wait_for_acks(port: u16, n: u64, within: Duration) {
+    wait_for_metric(port, "gapless_nats_acked_total", n, within);
+}
+
+/// Waits (at most `within`) until the metric `name` on `port` reaches `n`.
+fn wait_for_metric(port: u16, name: &str, n: u64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        let acked = metric(&scrape(port), "gapless_nats_acked_total");
-        if acked >= n {
+        let value = metric(&scrape(port), name);
+        if value >= n {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{acked} of {n} acknowledged within {within:?}"
+            "{name} {value}, not {n}, within {within:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -402,6 +416,16 @@ fn publishing_resumes_after_the_server_is_away_for_five_seconds() {
     );
 
     wait_for_acks(metrics, MESSAGES / 4, Duration::from_secs(60));
+    // The server stops answering first, so publishes are in flight when it goes: they must
+    // be sent again once it is back. Every publish counted after the freeze is unanswered.
+    server.freeze();
+    let frozen_at = metric(&scrape(metrics), "gapless_nats_published_total");
+    wait_for_metric(
+        metrics,
+        "gapless_nats_published_total",
+        frozen_at + 100,
+        Duration::from_secs(30),
+    );
     server.kill();
     // The outage itself: five seconds with no server while the feed goes on.
     std::thread::sleep(Duration::from_secs(5));
