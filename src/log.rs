@@ -35,6 +35,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::config::{LogFormat, LogLevel};
 
+pub mod throttle;
+
+pub use throttle::{Throttle, held_note};
+
 /// Errors: something failed.
 pub const ERROR: u8 = 0;
 /// Warnings: something needs attention.

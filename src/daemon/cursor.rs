@@ -43,6 +43,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::log::{Throttle, held_note};
 use crate::publish::jsonl::StreamNames;
 use crate::publish::{Consumer, Event};
 use crate::venue::Resume;
@@ -420,7 +421,7 @@ impl SyncSlot {
 fn sync_loop(path: &Path, slot: &SyncSlot) {
     let mut last: Option<Instant> = None;
     let mut failing = false;
-    let mut slow_logged: Option<Instant> = None;
+    let mut slow_logged = Throttle::new(SLOW_LOG_EVERY);
     loop {
         let (text, stop) = {
             let mut pending = slot.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -448,16 +449,19 @@ fn sync_loop(path: &Path, slot: &SyncSlot) {
             let written = write_atomically(path, &text, true);
             let took = started.elapsed();
             last = Some(Instant::now());
-            if took >= SLOW_WRITE
-                && slow_logged.is_none_or(|at: Instant| at.elapsed() >= SLOW_LOG_EVERY)
-            {
-                slow_logged = Some(Instant::now());
+            let slow_line = if took >= SLOW_WRITE {
+                slow_logged.admit()
+            } else {
+                None
+            };
+            if let Some(held) = slow_line {
                 crate::log_warn!(
                     "resume cursors {}: a synced write took {:.1} s (the disk is slow to \
                      sync); the unsynced copy stays current, and a power loss meanwhile \
-                     would resume from an older cursor and recover more",
+                     would resume from an older cursor and recover more{}",
                     path.display(),
-                    took.as_secs_f64()
+                    took.as_secs_f64(),
+                    held_note(held)
                 );
             }
             report_write(path, written, &mut failing);

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token, Waker};
 use thiserror::Error;
 
+use crate::log::Throttle;
 use crate::metrics::{Format, Registry, unix_now_ns};
 
 /// Most connections served at once; one more is answered 503 and closed.
@@ -125,25 +126,25 @@ fn peer_name(peer: Option<SocketAddr>) -> String {
     peer.map_or_else(|| "an unknown peer".to_string(), |p| p.to_string())
 }
 
-/// Lets one log line through every [`LOG_EVERY`] and counts the others.
-#[derive(Debug, Default)]
-struct LogGate {
-    last: Mutex<Option<Instant>>,
-    suppressed: AtomicU64,
+/// Lets one log line through every [`LOG_EVERY`] and counts the others; shared by the
+/// connection threads.
+#[derive(Debug)]
+struct LogGate(Mutex<Throttle>);
+
+impl Default for LogGate {
+    fn default() -> Self {
+        Self(Mutex::new(Throttle::new(LOG_EVERY)))
+    }
 }
 
 impl LogGate {
     /// `Some(lines suppressed since the last one)` when a line may be
     /// written now.
     fn admit(&self) -> Option<u64> {
-        let now = Instant::now();
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        *last = Some(now);
-        Some(self.suppressed.swap(0, Ordering::Relaxed))
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit()
     }
 }
 
@@ -580,7 +581,8 @@ mod tests {
         assert_eq!(gate.admit(), Some(0));
         assert_eq!(gate.admit(), None);
         assert_eq!(gate.admit(), None);
-        assert_eq!(gate.suppressed.load(Ordering::Relaxed), 2);
+        let held = gate.0.lock().map(|t| t.held()).unwrap_or_default();
+        assert_eq!(held, 2);
     }
 
     #[test]

@@ -60,6 +60,7 @@ use bytes::Bytes;
 
 use crate::config::NatsSink as Settings;
 use crate::daemon::cursor::CursorSet;
+use crate::log::{Throttle, held_note};
 use crate::metrics::histogram::AtomicHistogram;
 use crate::publish::jsonl::StreamNames;
 use crate::publish::{Consumer, Event, StreamState};
@@ -80,34 +81,6 @@ const IDLE_MIN: Duration = Duration::from_micros(100);
 const IDLE_MAX: Duration = Duration::from_millis(5);
 /// A failure of one kind is logged at most this often.
 pub const LOG_EVERY: Duration = Duration::from_secs(5);
-
-/// One kind of log line, let out at most every [`LOG_EVERY`]; the lines held back in
-/// between are counted and named in the next one.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct LogEvery {
-    at: Option<Instant>,
-    held: u64,
-}
-
-impl LogEvery {
-    /// `Some` with a note naming the lines held back since the last one (empty when none)
-    /// when a line may go out now; `None` when this one is held back, and counted.
-    pub(crate) fn allow(&mut self) -> Option<String> {
-        self.allow_at(Instant::now())
-    }
-
-    fn allow_at(&mut self, now: Instant) -> Option<String> {
-        if self.at.is_some_and(|at| now.duration_since(at) < LOG_EVERY) {
-            self.held += 1;
-            return None;
-        }
-        self.at = Some(now);
-        Some(match std::mem::take(&mut self.held) {
-            0 => String::new(),
-            held => format!(" ({held} more like it since the last report)"),
-        })
-    }
-}
 
 /// Counters of a nats sink, read by the metrics exporter.
 #[derive(Debug, Default)]
@@ -481,7 +454,7 @@ struct Publisher {
     retry_pause: Duration,
     /// Set once the sink is asked to stop: publish what is queued until then.
     stopping: Option<Instant>,
-    logged: [LogEvery; 4],
+    logged: [Throttle; 4],
 }
 
 /// The kinds of failure logged, each rate limited on its own.
@@ -549,7 +522,7 @@ impl Publisher {
             serial: 0,
             retry_pause: RETRY_MIN,
             stopping: None,
-            logged: [LogEvery::default(); 4],
+            logged: [Throttle::new(LOG_EVERY); 4],
         }
     }
 
@@ -692,8 +665,8 @@ impl Publisher {
 
     /// Logs a failure of `kind`, at most once every [`LOG_EVERY`].
     fn log_failure(&mut self, kind: Failure, what: std::fmt::Arguments<'_>) {
-        if let Some(note) = self.logged.get_mut(kind as usize).and_then(LogEvery::allow) {
-            crate::log_warn!("nats sink {}: {what}{note}", self.settings.url);
+        if let Some(held) = self.logged.get_mut(kind as usize).and_then(Throttle::admit) {
+            crate::log_warn!("nats sink {}: {what}{}", self.settings.url, held_note(held));
         }
     }
 
@@ -1116,21 +1089,6 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::publish::{Pushed, channel};
-
-    #[test]
-    fn a_log_line_goes_out_at_most_every_log_every_and_names_those_held_back() {
-        let mut limit = LogEvery::default();
-        let t0 = Instant::now();
-        assert_eq!(limit.allow_at(t0).as_deref(), Some(""));
-        assert_eq!(limit.allow_at(t0 + Duration::from_secs(1)), None);
-        assert_eq!(limit.allow_at(t0 + Duration::from_secs(2)), None);
-        let note = limit.allow_at(t0 + LOG_EVERY);
-        assert_eq!(
-            note.as_deref(),
-            Some(" (2 more like it since the last report)")
-        );
-        assert_eq!(limit.allow_at(t0 + LOG_EVERY), None);
-    }
 
     #[test]
     fn tokens_keep_only_safe_characters() {

@@ -54,11 +54,12 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use crate::config::NatsSink as Settings;
+use crate::log::{Throttle, held_note};
 use crate::protocol::iex_tp;
 use crate::protocol::moldudp64::{self, Request, Session};
 use crate::sinks::SinkError;
 use crate::sinks::nats::{
-    CONNECT_TIMEOUT, EPOCH, KIND, LogEvery, RETRY_MAX, SEQ, SNAPSHOT, connect_options,
+    CONNECT_TIMEOUT, EPOCH, KIND, LOG_EVERY, RETRY_MAX, SEQ, SNAPSHOT, connect_options,
     epoch_header, token,
 };
 use crate::venue::EpochLabel;
@@ -274,8 +275,8 @@ pub fn start(
         counters: Arc::clone(&counters),
         stop: Arc::clone(&stop),
         retry_pause: FIRST_RETRY,
-        failure_logged: LogEvery::default(),
-        connect_logged: LogEvery::default(),
+        failure_logged: Throttle::new(LOG_EVERY),
+        connect_logged: Throttle::new(LOG_EVERY),
     };
     let thread = thread::Builder::new()
         .name("gapless-js-recovery".into())
@@ -294,8 +295,8 @@ struct Source {
     counters: Arc<RecoveryCounters>,
     stop: Arc<AtomicBool>,
     retry_pause: Duration,
-    failure_logged: LogEvery,
-    connect_logged: LogEvery,
+    failure_logged: Throttle,
+    connect_logged: Throttle,
 }
 
 impl Source {
@@ -343,7 +344,7 @@ impl Source {
 
     fn failure(&mut self, what: std::fmt::Arguments<'_>) {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        if let Some(more) = self.failure_logged.allow() {
+        if let Some(more) = self.failure_logged.admit().map(held_note) {
             crate::log_warn!(
                 "jetstream recovery {} ({}): {what}{more}",
                 self.settings.stream,
@@ -399,7 +400,7 @@ impl Source {
             }
         };
         self.counters.connected.store(1, Ordering::Relaxed);
-        if let Some(more) = self.connect_logged.allow() {
+        if let Some(more) = self.connect_logged.admit().map(held_note) {
             crate::log_info!(
                 "jetstream recovery: connected to {}, answering re-requests of {} channels \
                  from stream {}{more}",
@@ -571,7 +572,7 @@ struct Responder {
     cache: Cache,
     answer: Vec<u8>,
     counters: Arc<RecoveryCounters>,
-    unanswered_logged: LogEvery,
+    unanswered_logged: Throttle,
 }
 
 /// What one turn of a channel's loop brought.
@@ -592,7 +593,7 @@ impl Responder {
             cache: Cache::default(),
             answer: vec![0; ANSWER_BYTES],
             counters,
-            unanswered_logged: LogEvery::default(),
+            unanswered_logged: Throttle::new(LOG_EVERY),
         }
     }
 
@@ -918,7 +919,7 @@ impl Responder {
     /// Logs, rate limited, that a request from `first` of the cache's session is not
     /// answered, and why.
     fn log_not_answered(&mut self, first: u64, why: &str) {
-        if let Some(more) = self.unanswered_logged.allow() {
+        if let Some(more) = self.unanswered_logged.admit().map(held_note) {
             crate::log_info!(
                 "jetstream recovery {}/{}: a re-request for session {} from {first} is not \
                  answered: {why}{more}",

@@ -19,11 +19,12 @@ use std::sync::Arc;
 
 use mio::{Registry, Token, Waker};
 
-use super::limit::{LogLimit, held_note};
+use super::limit::LogLimit;
 use crate::io::clock::Clock;
 use crate::io::resolve::Resolver;
 use crate::io::tls::Endpoint;
 use crate::io::ws::{CLOSE_ABNORMAL, WsClient, WsStage, WsStatus};
+use crate::log::held_note;
 use crate::publish::fanout::Fanout;
 use crate::time::{Mono, Wall};
 use crate::venue::{ConnEvent, ConnId, ConnLimits, ConnStage, Venue};

@@ -1,18 +1,20 @@
-//! Rate-limited log lines: at most one a second per venue and kind of failure, the lines
-//! held back counted and named in the next one that goes out.
+//! Rate-limited log lines of the rx thread: at most one a second per venue and kind of
+//! failure, on the rx thread's own clock, each a [`Throttle`].
 
+use std::time::Duration;
+
+use crate::log::Throttle;
 use crate::time::Mono;
 
 /// Least time between two lines of one venue and kind.
-const EVERY_NS: u64 = 1_000_000_000;
+const EVERY: Duration = Duration::from_secs(1);
 
-/// One venue's kind of line: when it last went out and how many were held back since.
+/// One venue's kind of line.
 #[derive(Debug)]
 struct Slot {
     venue: usize,
     kind: &'static str,
-    last: Mono,
-    held: u64,
+    log: Throttle<Mono>,
 }
 
 /// Which lines may go out now.
@@ -25,35 +27,22 @@ impl LogLimit {
     /// Whether a line of `kind` for venue `venue` may go out at `now`: `Some(held)` with the
     /// number of lines held back since the last one, or `None` (this one is held back).
     pub(super) fn allow(&mut self, now: Mono, venue: usize, kind: &'static str) -> Option<u64> {
-        let found = self
+        let at = match self
             .slots
-            .iter_mut()
-            .find(|s| s.venue == venue && s.kind == kind);
-        let Some(slot) = found else {
-            self.slots.push(Slot {
-                venue,
-                kind,
-                last: now,
-                held: 0,
-            });
-            return Some(0);
+            .iter()
+            .position(|s| s.venue == venue && s.kind == kind)
+        {
+            Some(at) => at,
+            None => {
+                self.slots.push(Slot {
+                    venue,
+                    kind,
+                    log: Throttle::new(EVERY),
+                });
+                self.slots.len() - 1
+            }
         };
-        if now.nanos_since(slot.last) >= EVERY_NS {
-            slot.last = now;
-            Some(std::mem::take(&mut slot.held))
-        } else {
-            slot.held += 1;
-            None
-        }
-    }
-}
-
-/// `" (N more like it held back)"`, or nothing.
-pub(super) fn held_note(held: u64) -> String {
-    if held == 0 {
-        String::new()
-    } else {
-        format!(" ({held} more like it in the last second not logged)")
+        self.slots.get_mut(at)?.log.admit_at(now)
     }
 }
 
@@ -72,7 +61,5 @@ mod tests {
         assert_eq!(limit.allow(t(20), 0, "tls"), Some(0));
         assert_eq!(limit.allow(t(1000), 0, "connect"), Some(2));
         assert_eq!(limit.allow(t(1001), 0, "connect"), None);
-        assert!(held_note(2).contains('2'));
-        assert!(held_note(0).is_empty());
     }
 }

@@ -431,7 +431,7 @@ impl RxLoop {
                 match &done.outcome {
                     fetch::Outcome::Failed(reason) => {
                         if let Some(held) = self.log.allow(now, done.venue, "snapshot") {
-                            let note = limit::held_note(held);
+                            let note = crate::log::held_note(held);
                             crate::log_warn!(
                                 "{name}: snapshot {} failed: {reason}{note}",
                                 done.id.0
@@ -440,7 +440,7 @@ impl RxLoop {
                     }
                     fetch::Outcome::Http { status, body, .. } if *status != 200 => {
                         if let Some(held) = self.log.allow(now, done.venue, "snapshot status") {
-                            let note = limit::held_note(held);
+                            let note = crate::log::held_note(held);
                             let excerpt = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
                             crate::log_warn!(
                                 "{name}: snapshot {} answered {status}: {}{note}",
@@ -531,7 +531,7 @@ impl RxLoop {
                     if let Err(e) = self.fetches.start(v, id, what, timeout) {
                         let reason = e.to_string();
                         if let Some(held) = self.log.allow(now, v, "snapshot start") {
-                            let note = limit::held_note(held);
+                            let note = crate::log::held_note(held);
                             crate::log_warn!(
                                 "{}: snapshot not started: {reason}{note}",
                                 venue.name()

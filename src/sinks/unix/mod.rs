@@ -46,6 +46,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::shm::{Cursor, Cursors, Verdict};
+use crate::log::{Throttle, held_note};
 use crate::publish::wire::{RESUME_WAIT, ResumeCursor, decode_resume};
 use crate::publish::{Consumer, Event, Producer, Pushed, channel};
 use crate::sinks::shm::ring::{self, Geometry, Memory, Raw, RingReader, RingWriter};
@@ -61,6 +62,8 @@ use crate::sinks::{Backoff, SinkError};
 
 /// Socket write timeout: how often a blocked writer looks at its flags.
 const WRITE_POLL: Duration = Duration::from_millis(50);
+/// A refusal, or a client cut off, is logged at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(5);
 /// Events the dispatcher moves before it looks for new clients again.
 const DISPATCH_BATCH: usize = 4096;
 /// Events the dispatcher forwards at most once asked to stop.
@@ -243,8 +246,8 @@ impl UnixSink {
             queue_bytes: client_queue_bytes,
             streams: streams.len(),
             shared: Arc::clone(&shared),
-            refused_logged: None,
-            cut_logged: None,
+            refused_logged: Throttle::new(LOG_EVERY),
+            cut_logged: Throttle::new(LOG_EVERY),
         };
         let thread = thread::Builder::new()
             .name("gapless-unix-sink".into())
@@ -524,8 +527,8 @@ struct Dispatcher {
     queue_bytes: usize,
     streams: usize,
     shared: Arc<UnixCounters>,
-    refused_logged: Option<Instant>,
-    cut_logged: Option<Instant>,
+    refused_logged: Throttle,
+    cut_logged: Throttle,
 }
 
 impl Dispatcher {
@@ -613,12 +616,14 @@ impl Dispatcher {
         accepted
     }
 
-    /// Counts a connection closed at once, and says why (at most every 5 s).
+    /// Counts a connection closed at once, and says why (at most every [`LOG_EVERY`]).
     fn refuse(&mut self, why: std::fmt::Arguments<'_>) {
         let total = self.shared.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        if log_due(&mut self.refused_logged) {
+        if let Some(held) = self.refused_logged.admit() {
             crate::log_warn!(
-                "unix sink: a client's connection is closed: {why} (refused so far: {total})"
+                "unix sink: a client's connection is closed: {why} (refused so far: \
+                 {total}){}",
+                held_note(held)
             );
         }
     }
@@ -741,13 +746,14 @@ impl Dispatcher {
         moved
     }
 
-    /// Counts `cut` clients cut off, and says so in the log at most every 5 s.
+    /// Counts `cut` clients cut off, and says so in the log at most every [`LOG_EVERY`].
     fn cut_off(&mut self, cut: u64) {
         let total = self.shared.cut_offs.fetch_add(cut, Ordering::Relaxed) + cut;
-        if log_due(&mut self.cut_logged) {
+        if let Some(held) = self.cut_logged.admit() {
             crate::log_warn!(
                 "unix sink: {cut} client(s) cut off for falling behind ({total} so far); \
-                 a client that reconnects with a resume request carries on where it was"
+                 a client that reconnects with a resume request carries on where it was{}",
+                held_note(held)
             );
         }
     }
@@ -812,17 +818,6 @@ fn tell_current_epochs(replay: &mut Replay, history: &History, producer: &mut Pr
         }
     }
     true
-}
-
-/// True (and `last` set to now) when a rate-limited line was last written 5 s ago or more,
-/// or never.
-fn log_due(last: &mut Option<Instant>) -> bool {
-    let now = Instant::now();
-    let due = last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5));
-    if due {
-        *last = Some(now);
-    }
-    due
 }
 
 /// What an arriving connection has sent.
