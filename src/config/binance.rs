@@ -89,12 +89,13 @@ pub(super) fn binance(
         DEFAULT_SILENCE,
         report,
     );
-    let ws_max_age = match &raw.ws_max_age_secs {
-        None => Some(DEFAULT_WS_MAX_AGE),
-        Some(f) => report
-            .int(f, &path.key("ws_max_age_secs"), 60..=86_399)
-            .map(Duration::from_secs),
-    };
+    let ws_max_age = report.duration_or(
+        &raw.ws_max_age_secs,
+        &path.key("ws_max_age_secs"),
+        60..=86_399,
+        Duration::from_secs,
+        DEFAULT_WS_MAX_AGE,
+    );
     let link = link(raw, path, silence_timeout, report);
     if let (Some(symbols), Some(link), Some(list)) = (&symbols, &link, &raw.symbols) {
         slots(
@@ -182,12 +183,13 @@ fn link(
             .min(Duration::from_millis(u64::try_from(ping_max).unwrap_or(0))),
         report,
     );
-    let healthy_after = match &raw.healthy_after_secs {
-        None => Some(d.healthy_after),
-        Some(f) => report
-            .int(f, &path.key("healthy_after_secs"), 1..=3_600)
-            .map(Duration::from_secs),
-    };
+    let healthy_after = report.duration_or(
+        &raw.healthy_after_secs,
+        &path.key("healthy_after_secs"),
+        1..=3_600,
+        Duration::from_secs,
+        d.healthy_after,
+    );
     // Binance bans an address making more than 300 attempts in 5 minutes.
     let connect_budget = report.int_or(
         &raw.connect_budget,
@@ -195,12 +197,13 @@ fn link(
         1..=250,
         d.connect_budget,
     );
-    let connect_budget_window = match &raw.connect_budget_window_secs {
-        None => Some(d.connect_budget_window),
-        Some(f) => report
-            .int(f, &path.key("connect_budget_window_secs"), 60..=3_600)
-            .map(Duration::from_secs),
-    };
+    let connect_budget_window = report.duration_or(
+        &raw.connect_budget_window_secs,
+        &path.key("connect_budget_window_secs"),
+        60..=3_600,
+        Duration::from_secs,
+        d.connect_budget_window,
+    );
     let connections = report.int_or(
         &raw.connections,
         &path.key("connections"),

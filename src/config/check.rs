@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::ops::{Range, RangeInclusive};
+use std::time::Duration;
 
 use toml::Spanned;
 
@@ -69,6 +70,22 @@ impl Report<'_> {
     ) -> Option<T> {
         match field {
             Some(field) => self.int(field, path, range),
+            None => Some(default),
+        }
+    }
+
+    /// A whole number of `unit`s (`Duration::from_secs`, `from_millis`, ...) within `range`,
+    /// or `default` for an absent key.
+    pub(super) fn duration_or(
+        &mut self,
+        field: &Field<i64>,
+        path: &Path,
+        range: RangeInclusive<i64>,
+        unit: fn(u64) -> Duration,
+        default: Duration,
+    ) -> Option<Duration> {
+        match field {
+            Some(field) => self.int(field, path, range).map(unit),
             None => Some(default),
         }
     }

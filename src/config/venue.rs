@@ -181,10 +181,7 @@ pub(super) fn millis(
     default: Duration,
     report: &mut Report<'_>,
 ) -> Option<Duration> {
-    match field {
-        None => Some(default),
-        Some(f) => report.int(f, path, range).map(Duration::from_millis),
-    }
+    report.duration_or(field, path, range, Duration::from_millis, default)
 }
 
 /// Microseconds, 0 to one second, or `default` for an absent key.
@@ -194,12 +191,7 @@ fn micros(
     default: Duration,
     report: &mut Report<'_>,
 ) -> Option<Duration> {
-    match field {
-        None => Some(default),
-        Some(f) => report
-            .int(f, path, 0..=1_000_000)
-            .map(Duration::from_micros),
-    }
+    report.duration_or(field, path, 0..=1_000_000, Duration::from_micros, default)
 }
 
 fn recovery(raw: &RawRecovery, path: &Path, report: &mut Report<'_>) -> Option<Recovery> {
