@@ -53,21 +53,13 @@ pub(super) fn binance(
         allowed,
     );
 
-    let market = report
-        .required(
-            &raw.market,
-            &header,
-            &path.key("market"),
-            &one_of(Market::KEYWORDS),
-        )
-        .and_then(|f| {
-            report.keyword(
-                f,
-                &path.key("market"),
-                Market::KEYWORDS,
-                Market::from_keyword,
-            )
-        });
+    let market = report.required_keyword(
+        &raw.market,
+        &header,
+        &path.key("market"),
+        Market::KEYWORDS,
+        Market::from_keyword,
+    );
     let symbols = symbols(table, path, report);
     let (buffering, snapshot_timeout) = match &raw.recovery {
         None => {

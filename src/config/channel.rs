@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use toml::Spanned;
 
-use super::check::{GROUP, NAME, SERVER, one_of};
+use super::check::{GROUP, NAME, SERVER};
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{RawChannel, RawLine, RawSnapshot};
@@ -212,10 +212,13 @@ fn snapshot(
 ) -> Option<Snapshot> {
     let raw = table.get_ref();
     let header = table.span();
-    let kinds = SnapshotKind::KEYWORDS;
-    let kind = report
-        .required(&raw.kind, &header, &path.key("kind"), &one_of(kinds))
-        .and_then(|f| report.keyword(f, &path.key("kind"), kinds, SnapshotKind::from_keyword));
+    let kind = report.required_keyword(
+        &raw.kind,
+        &header,
+        &path.key("kind"),
+        SnapshotKind::KEYWORDS,
+        SnapshotKind::from_keyword,
+    );
     let addr = report
         .required(&raw.addr, &header, &path.key("addr"), SERVER)
         .and_then(|f| report.server(f, &path.key("addr")));

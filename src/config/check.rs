@@ -155,6 +155,20 @@ impl Report<'_> {
         value
     }
 
+    /// A required keyword: missing (expecting one of `keywords`) or not one of them are both
+    /// reported.
+    pub(super) fn required_keyword<E>(
+        &mut self,
+        field: &Field<String>,
+        table: &Range<usize>,
+        path: &Path,
+        keywords: &[&str],
+        parse: fn(&str) -> Option<E>,
+    ) -> Option<E> {
+        let field = self.required(field, table, path, &one_of(keywords))?;
+        self.keyword(field, path, keywords, parse)
+    }
+
     /// A venue or channel name.
     pub(super) fn name(&mut self, field: &Spanned<String>, path: &Path) -> Option<Name> {
         let name = Name::new(field.get_ref());

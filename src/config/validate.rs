@@ -11,7 +11,6 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::Config;
-use super::check::one_of;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{List, RawConfig, RawDaemon, RawSink, RawVenue};
@@ -323,21 +322,13 @@ fn sinks(list: &List<RawSink>, report: &mut Report<'_>) -> Option<Vec<Sink>> {
 fn sink(table: &Spanned<RawSink>, path: &Path, report: &mut Report<'_>) -> Option<Sink> {
     let raw = table.get_ref();
     let header = table.span();
-    let kind = report
-        .required(
-            &raw.kind,
-            &header,
-            &path.key("kind"),
-            &one_of(SinkKind::KEYWORDS),
-        )
-        .and_then(|f| {
-            report.keyword(
-                f,
-                &path.key("kind"),
-                SinkKind::KEYWORDS,
-                SinkKind::from_keyword,
-            )
-        });
+    let kind = report.required_keyword(
+        &raw.kind,
+        &header,
+        &path.key("kind"),
+        SinkKind::KEYWORDS,
+        SinkKind::from_keyword,
+    );
     let kind = kind?;
     let file = if kind == SinkKind::Nats {
         None

@@ -6,7 +6,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::channel::{iex_session, mold_session};
-use super::check::{NAME, one_of};
+use super::check::NAME;
 use super::error::{ErrorKind, Report};
 use super::locate::Path;
 use super::raw::{RawRecovery, RawVenue};
@@ -33,17 +33,13 @@ pub(super) fn venue(
     let name = report
         .required(&raw.name, &header, &path.key("name"), NAME)
         .and_then(|f| report.name(f, &path.key("name")));
-    let expected = one_of(Protocol::KEYWORDS);
-    let protocol = report
-        .required(&raw.kind, &header, &path.key("kind"), &expected)
-        .and_then(|f| {
-            report.keyword(
-                f,
-                &path.key("kind"),
-                Protocol::KEYWORDS,
-                Protocol::from_keyword,
-            )
-        });
+    let protocol = report.required_keyword(
+        &raw.kind,
+        &header,
+        &path.key("kind"),
+        Protocol::KEYWORDS,
+        Protocol::from_keyword,
+    );
     let kind = match protocol? {
         Protocol::MoldUdp64 => {
             let (start, recovery) = multicast_common(table, path, Protocol::MoldUdp64, report);
