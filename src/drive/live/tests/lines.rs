@@ -212,7 +212,8 @@ fn a_line_two_ms_behind_fills_the_other_within_the_window() {
     // Line b is 2 ms behind as long as the simulator's thread runs on time; on two busy
     // cores it may send later, and a copy more than the window behind is asked for.
     let behind = Duration::from_millis(2) + r.injected.line_delay_overrun;
-    if r.kernel_drops == 0 && behind < Duration::from_millis(5) {
+    let on_time = r.kernel_drops == 0 && behind < Duration::from_millis(5);
+    if on_time {
         assert_eq!(r.sim.requests_received, 0, "{:?}", r.stats);
     } else {
         eprintln!(
@@ -224,9 +225,15 @@ fn a_line_two_ms_behind_fills_the_other_within_the_window() {
     assert!(r.lines[0].missed > 0);
     assert!(r.lines[1].wins > 0, "line b brought what line a lost");
     let lag = &r.lines[1].lag;
-    // Line b's copies are about 2 ms behind: most of them between 1 and 4 ms.
+    // Line b's copies are about 2 ms behind: nine in ten between 1 and 4 ms when the
+    // simulator sent them on time; when it ran late (it records by how much), the late
+    // ones spread further, and still more than half are there.
     let near: u64 = lag.counts[11..=12].iter().sum();
-    assert!(near * 10 > lag.count() * 9, "{lag:?}");
+    if on_time {
+        assert!(near * 10 > lag.count() * 9, "{lag:?}");
+    } else {
+        assert!(near * 2 > lag.count(), "{lag:?}");
+    }
 }
 
 /// Loss on both lines at once (the feed's own loss, before the lines): re-requests bring
