@@ -901,28 +901,25 @@ fn a_rerequest_entry_reads_the_jetstream_of_the_nats_sink_it_names() {
 fn binance_keys_in_seconds_are_read_and_bounded() {
     let keys = "symbols = [\"btcusdt\", \"ethusdt\"]\nws_max_age_secs = 3600\nhealthy_after_secs = 30\n\
                 connect_budget_window_secs = 600\n";
+    // (ws_max_age_secs, healthy_after_secs, connect_budget_window_secs) of venue[1].
+    let seconds = |text: &str| {
+        let config = Config::parse(text, FILE).expect("valid");
+        let gapless::config::VenueKind::Binance {
+            ws_max_age, link, ..
+        } = &config.venues[1].kind
+        else {
+            panic!("venue[1] is a binance venue");
+        };
+        (
+            ws_max_age.as_secs(),
+            link.healthy_after.as_secs(),
+            link.connect_budget_window.as_secs(),
+        )
+    };
     let text = edit(&[("symbols = [\"btcusdt\", \"ethusdt\"]\n", keys)]);
-    let config = Config::parse(&text, FILE).expect("valid");
-    let gapless::config::VenueKind::Binance {
-        ws_max_age, link, ..
-    } = &config.venues[1].kind
-    else {
-        panic!("venue[1] is a binance venue");
-    };
-    assert_eq!(ws_max_age.as_secs(), 3600);
-    assert_eq!(link.healthy_after.as_secs(), 30);
-    assert_eq!(link.connect_budget_window.as_secs(), 600);
+    assert_eq!(seconds(&text), (3600, 30, 600));
     // Left out: the defaults.
-    let config = Config::parse(VALID, FILE).expect("valid");
-    let gapless::config::VenueKind::Binance {
-        ws_max_age, link, ..
-    } = &config.venues[1].kind
-    else {
-        panic!("venue[1] is a binance venue");
-    };
-    assert_eq!(ws_max_age.as_secs(), 82_800);
-    assert_eq!(link.healthy_after.as_secs(), 60);
-    assert_eq!(link.connect_budget_window.as_secs(), 300);
+    assert_eq!(seconds(VALID), (82_800, 60, 300));
     // Each out of its range, named with its range.
     for (key, bad, allowed) in [
         ("ws_max_age_secs", "59", "from 60 to 86399"),
