@@ -737,15 +737,23 @@ pub fn udp_session(data: &[u8]) {
             "239.255.0.2:1".parse().expect("an address"),
         ));
     }
+    let rerequest: Vec<std::net::SocketAddr> = if flags & 4 != 0 {
+        vec!["127.0.0.1:1".parse().expect("an address")]
+    } else {
+        vec![]
+    };
     let channel = ChannelSpec {
         name: "fuzz".into(),
         lines,
         session: (flags & 0x40 != 0).then(|| session_key(wire, 0)),
-        rerequest: if flags & 4 != 0 {
-            vec!["127.0.0.1:1".parse().expect("an address")]
+        // Tuning's top bit (shared with the start sequence's offset): the server is a
+        // peer store, whose heartbeats on the answer socket say "not yet".
+        peer_stores: if tuning & 0x80 != 0 {
+            rerequest.clone()
         } else {
             vec![]
         },
+        rerequest,
         resume: None,
         snapshot: (flags & 8 != 0).then(|| SnapshotSpec {
             addr: "127.0.0.1:2".parse().expect("an address"),

@@ -189,6 +189,9 @@ stream_series! {
         "Unicast answers to re-requests received." = |s| s.answers;
     RerequestsTimedOut rerequests_timed_out: Counter "gapless_rerequests_timed_out_total"
         "Re-requests that timed out." = |s| s.timeouts;
+    RerequestsNotYet rerequests_not_yet: Counter "gapless_rerequests_not_yet_total"
+        "Answers of a peer's JetStream stream that it does not hold a request's messages yet."
+        = |s| s.not_yet;
     MessagesRecovered messages_recovered: Counter "gapless_messages_recovered_total"
         "Messages accepted from re-request answers." = |s| s.recovered;
     SnapshotsStarted snapshots_started: Counter "gapless_snapshots_started_total"
@@ -455,6 +458,7 @@ mod tests {
             arena_full: 21,
             recovery_exhausted: 22,
             arbitrated: 23,
+            not_yet: 24,
             sequencer: StreamStats {
                 delivered: 101,
                 gaps: 102,
@@ -495,6 +499,7 @@ mod tests {
             (Series::MessagesLost, 20),
             (Series::ArenaFull, 21),
             (Series::RecoveryExhausted, 22),
+            (Series::RerequestsNotYet, 24),
             (Series::Arbitrated, 23),
             (Series::FramesDelivered, 101),
             (Series::GapsDetected, 102),

@@ -126,6 +126,7 @@ fn metrics_are_served_with_labels_and_live_values() {
         "gapless_rerequests_sent_total",
         "gapless_rerequests_answered_total",
         "gapless_rerequests_timed_out_total",
+        "gapless_rerequests_not_yet_total",
         "gapless_messages_recovered_total",
         "gapless_snapshot_resyncs_total",
         "gapless_duplicates_total",

@@ -719,6 +719,9 @@ pub struct ChannelStats {
     pub requests_inflight: u64,
     /// Re-requests that timed out.
     pub timeouts: u64,
+    /// Answers of a peer store (a `"jetstream"` re-request entry) that it does not hold
+    /// a request's messages yet.
+    pub not_yet: u64,
     /// Unicast answers received.
     pub answers: u64,
     /// Messages accepted from answers.

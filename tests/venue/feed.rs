@@ -106,6 +106,9 @@ struct Harness {
     /// Sessions published before the current one, with their last sequence: the server
     /// still answers for them.
     earlier: Vec<(Session, u64)>,
+    /// The server is a peer's JetStream stream that holds the current session up to
+    /// this sequence: it answers a request past it with a heartbeat giving the next one.
+    peer_to: Option<u64>,
 }
 
 impl Harness {
@@ -119,6 +122,7 @@ impl Harness {
             server_alive: true,
             answer_limit: 8,
             earlier: Vec::new(),
+            peer_to: None,
         }
     }
 
@@ -152,7 +156,19 @@ impl Harness {
             } else {
                 continue;
             };
-            if !self.server_alive || req.sequence > published_to {
+            if !self.server_alive {
+                continue;
+            }
+            let published_to = match self.peer_to {
+                Some(head) if req.sequence > head => {
+                    let not_yet = heartbeat(req.session, head + 1);
+                    self.datagram(&not_yet, Via::Unicast);
+                    continue;
+                }
+                Some(head) => published_to.min(head),
+                None => published_to,
+            };
+            if req.sequence > published_to {
                 continue;
             }
             let count = u64::from(req.count)
@@ -246,6 +262,7 @@ fn spec(rerequest: bool, snapshot: bool) -> FeedSpec {
         lines: vec![LineSpec::loopback("239.255.0.1:1".parse().unwrap())],
         session: Some(SessionKey(*b"TEST000001")),
         rerequest: if rerequest { vec![server] } else { vec![] },
+        peer_stores: Vec::new(),
         resume: None,
         snapshot: snapshot.then(|| SnapshotSpec {
             addr: "127.0.0.1:2".parse().unwrap(),
@@ -680,6 +697,47 @@ fn a_dead_rerequest_server_is_given_up_within_its_budget_under_hold() {
             .iter()
             .any(|n| matches!(n, Notice::RecoveryExhausted { servers: true, .. }))
     );
+}
+
+/// A peer's JetStream stream read back (a peer store) that has not stored a lost message
+/// yet answers "not yet" with its head. While the head rises the channel waits, far past
+/// its retry budget, and takes the message once the peer stored it; the same heartbeats
+/// from a venue's server say nothing of its requests, and its budget runs out.
+#[test]
+fn a_peer_store_behind_is_waited_for_while_its_head_rises() {
+    for peer in [true, false] {
+        let mut s = spec(true, false);
+        if peer {
+            s.channels[0].peer_stores = s.channels[0].rerequest.clone();
+        }
+        let mut h = Harness::new(s);
+        h.peer_to = Some(0);
+        let p = h.publish(1, 5);
+        h.datagram(&p, Via::Multicast);
+        let _lost = h.publish(6, 1);
+        for first in 7..=100 {
+            let p = h.publish(first, 1);
+            h.datagram(&p, Via::Multicast);
+        }
+        // The peer stores a message every 10 ms: it gets to 6 after 60 ms, which is three
+        // request timeouts (the whole budget); it is done after a second.
+        for head in 1..=100 {
+            h.peer_to = Some(head);
+            h.run_for(10 * MS);
+        }
+        let stats = h.feed.stats(0);
+        if peer {
+            assert_eq!(h.feed.state(0), StreamState::Synced, "{stats:?}");
+            assert_exactly(&h.delivered(), 1, 100);
+            assert_eq!(stats.recovery_exhausted, 0);
+            assert!(stats.timeouts >= 3, "past the budget: {stats:?}");
+            assert!(stats.not_yet >= stats.timeouts, "{stats:?}");
+        } else {
+            assert_eq!(h.feed.state(0), StreamState::ResetRequired, "{stats:?}");
+            assert_eq!(stats.recovery_exhausted, 1);
+            assert_eq!(stats.not_yet, 0);
+        }
+    }
 }
 
 #[test]

@@ -81,6 +81,7 @@ fn spec(lines: usize, window_ns: u64) -> FeedSpec {
             .collect(),
         session: Some(SessionKey(*SESSION.as_bytes())),
         rerequest: vec!["127.0.0.1:1".parse::<SocketAddr>().unwrap()],
+        peer_stores: Vec::new(),
         resume: None,
         snapshot: None,
     };

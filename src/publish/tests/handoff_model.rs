@@ -294,6 +294,7 @@ fn spec(channels: usize) -> FeedSpec {
             lines: vec![LineSpec::loopback("239.255.0.1:1".parse().unwrap())],
             session: None,
             rerequest: Vec::new(),
+            peer_stores: Vec::new(),
             resume: None,
             snapshot: None,
         })

@@ -279,6 +279,13 @@ impl Channel {
                     u32::from(d.count),
                 ));
             }
+            // A peer store's answer that it does not hold the request's messages yet: a
+            // word about the requests, not about the feed.
+            Kind::Heartbeat
+                if a.via == Via::Unicast && self.requester.not_yet(a.now.as_nanos(), d.seq) =>
+            {
+                self.stats.answers += 1;
+            }
             Kind::Heartbeat | Kind::EndOfSession => {
                 self.stats.heartbeats += 1;
                 if d.kind == Kind::EndOfSession {
@@ -539,6 +546,7 @@ impl Channel {
         stats.sequencer = core.detector.stats(self.stream);
         stats.requests_inflight = self.requester.inflight() as u64;
         stats.timeouts = self.requester.timeouts;
+        stats.not_yet = self.requester.not_yet_answers;
         stats.arbitrated = self.lines.arbitrated();
         stats
     }

@@ -144,7 +144,7 @@ impl UdpVenue {
                     },
                 )),
                 epochs: Epochs::new(c.session, spec.session_confirm, spec.max_datagram),
-                requester: Requester::new(c.rerequest.clone()),
+                requester: Requester::new(c.rerequest.clone()).with_peer_stores(&c.peer_stores),
                 phase: Phase::Idle,
                 published: StreamState::Unseen,
                 arena: PacketArena::new(spec.arena_datagrams, spec.max_datagram),

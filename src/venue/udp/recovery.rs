@@ -40,6 +40,15 @@
 //! working server keeps going, a dead one is given up after `retry_budget` timeouts and the
 //! next server is tried. Requests are rate-limited with a token bucket. Times are
 //! nanoseconds on the caller's clock.
+//!
+//! A peer store (a `"jetstream"` entry: what the other daemon of a pair published, read
+//! back) can be behind rather than gone: the peer publishes a message only once it has it
+//! in order, so what this channel lost may not be stored yet. Such a server answers a
+//! request for what it does not hold yet with a heartbeat carrying the next sequence it
+//! holds ([`Requester::not_yet`]). While that head keeps rising, a request from it on that
+//! times out spends no budget; once the head stood still for [`PEER_STALL_NS`] (the peer
+//! lacks the same messages, or stopped publishing), the budget runs out as it does for a
+//! dead server.
 
 use std::net::SocketAddr;
 
@@ -53,6 +62,13 @@ use crate::venue::{Emit, GapPolicy, LostReason, Notice, Transmit};
 
 /// Requests in flight per channel at most.
 pub const MAX_INFLIGHT: usize = 64;
+
+/// The longest a peer store's head may stand still while it says it does not hold a
+/// request's messages yet, before its requests spend budget again. The peer publishes a
+/// message after its own recovery of it (a quarter of a second of retries at the default
+/// policy) and after its nats sink's acknowledgement, which may take up to the sink's
+/// two-second acknowledgement timeout and a retry: three seconds covers both.
+pub const PEER_STALL_NS: u64 = 3_000_000_000;
 
 /// Re-request tuning, shared by a venue's channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +106,15 @@ struct Inflight {
     behind: bool,
 }
 
+/// What a peer store said of the requests it does not hold yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NotYet {
+    /// The next sequence it holds: the highest it reported.
+    head: u64,
+    /// When `head` last rose.
+    moved_at: u64,
+}
+
 /// What the planner decided for one missing piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -111,6 +136,11 @@ pub enum Plan {
 #[derive(Debug)]
 pub struct Requester {
     servers: Vec<SocketAddr>,
+    /// Per server: it is a peer store, which answers what it does not hold yet with a
+    /// heartbeat.
+    peer_store: Vec<bool>,
+    /// What the current server, a peer store, said it holds up to.
+    not_yet: Option<NotYet>,
     server: usize,
     servers_spent: usize,
     budget_used: u32,
@@ -130,13 +160,18 @@ pub struct Requester {
     tokens_at: u64,
     /// Requests that timed out, for metrics.
     pub timeouts: u64,
+    /// Answers of a peer store that it does not hold a request's messages yet, for
+    /// metrics.
+    pub not_yet_answers: u64,
 }
 
 impl Requester {
     /// A planner over `servers`, tried in order.
     pub fn new(servers: Vec<SocketAddr>) -> Self {
         Self {
+            peer_store: vec![false; servers.len()],
             servers,
+            not_yet: None,
             server: 0,
             servers_spent: 0,
             budget_used: 0,
@@ -149,7 +184,19 @@ impl Requester {
             tokens_ns: 0,
             tokens_at: 0,
             timeouts: 0,
+            not_yet_answers: 0,
         }
+    }
+
+    /// Marks the servers in `peer_stores` as peer stores ([`Requester::not_yet`]).
+    #[must_use]
+    pub fn with_peer_stores(mut self, peer_stores: &[SocketAddr]) -> Self {
+        self.peer_store = self
+            .servers
+            .iter()
+            .map(|s| peer_stores.contains(s))
+            .collect();
+        self
     }
 
     /// True when there is at least one server.
@@ -157,8 +204,10 @@ impl Requester {
         !self.servers.is_empty()
     }
 
-    /// Forgets every request and timer (the gaps closed, or the stream was reset).
+    /// Forgets every request and timer (the gaps closed, or the stream was reset), and what
+    /// a peer store said of its head (the next gap's wait starts afresh).
     pub fn clear(&mut self) {
+        self.not_yet = None;
         if self.first_plan_at.is_some() || self.replan_at.is_some() || self.inflight() > 0 {
             self.inflight = [None; MAX_INFLIGHT];
             self.inflight_count = 0;
@@ -189,6 +238,27 @@ impl Requester {
                 f.behind |= seq < f.range.from;
             }
         }
+    }
+
+    /// A heartbeat came as an answer at `now`, saying that the server holds nothing from
+    /// `head` on yet. From a peer store (the server asked now is one), requests from `head`
+    /// on that time out spend no budget while the head keeps rising: see
+    /// [`PEER_STALL_NS`]. False, changing nothing, when the server asked now is not a peer
+    /// store: a venue's server answers with messages or not at all, and a heartbeat on the
+    /// answer socket says nothing of its requests.
+    pub fn not_yet(&mut self, now: u64, head: u64) -> bool {
+        if !self.peer_store.get(self.server).copied().unwrap_or(false) {
+            return false;
+        }
+        self.not_yet_answers += 1;
+        self.not_yet = Some(match self.not_yet {
+            Some(n) if head <= n.head => n,
+            _ => NotYet {
+                head,
+                moved_at: now,
+            },
+        });
+        true
     }
 
     /// Notes that something is missing at `now`: the first plan is due after the reorder
@@ -225,15 +295,17 @@ impl Requester {
     /// message before its range (a server answering in order and slower than the timeout:
     /// a JetStream stream read back, or a venue server under load). A server that moves
     /// the stream's head refills the budget; a dead one, or one that lacks the head's
-    /// range, runs out.
+    /// range, runs out. Nor does one a peer store said it does not hold yet while its head
+    /// is rising ([`Requester::not_yet`]).
     pub fn expire(&mut self, now: u64, policy: &RequestPolicy) {
         let mut spent = false;
+        let not_yet = self.not_yet;
         for slot in &mut self.inflight {
             if let Some(f) = slot.filter(|f| f.deadline <= now) {
                 *slot = None;
                 self.inflight_count -= 1;
                 self.timeouts += 1;
-                spent |= !f.behind;
+                spent |= !f.behind && !peer_behind(not_yet, f.range.from, now);
             }
         }
         let period_over = self
@@ -297,6 +369,7 @@ impl Requester {
                         return Plan::Exhausted;
                     }
                     self.server = (self.server + 1) % self.servers.len();
+                    self.not_yet = None;
                 }
                 let per_token = self.token_cost(policy);
                 if self.tokens_ns < per_token {
@@ -386,6 +459,12 @@ impl Requester {
         }
         self.tokens_at = now.max(self.tokens_at);
     }
+}
+
+/// True when a request from `from` waits on a peer store that said (`not_yet`) it does not
+/// hold it yet, and whose head rose within [`PEER_STALL_NS`] of `now`.
+fn peer_behind(not_yet: Option<NotYet>, from: u64, now: u64) -> bool {
+    not_yet.is_some_and(|n| from >= n.head && now.saturating_sub(n.moved_at) <= PEER_STALL_NS)
 }
 
 impl Channel {
@@ -958,6 +1037,91 @@ mod tests {
             [(2, SeqRange::new(5, 5))],
             "budget spent: second server"
         );
+    }
+
+    /// Runs a gap at 5,000 against a venue server (port 1, which never answers) then a
+    /// peer store (port 2) whose "not yet" answers give the heads `head_at(round)` (`None`:
+    /// no answer), one round per request timeout; returns the round the plan ran out in.
+    fn rounds_until_exhausted(head_at: impl Fn(u64) -> Option<u64>) -> Option<u64> {
+        let mut r = Requester::new(vec![addr(1), addr(2)]).with_peer_stores(&[addr(2)]);
+        let gap = [SeqRange::new(5_000, 5_000)];
+        let mut now = 1;
+        for round in 0..2_000u64 {
+            let (p, sent) = plan(&mut r, now, &gap);
+            if p == Plan::Exhausted {
+                return Some(round);
+            }
+            if let (Some(head), Some((port, _))) = (head_at(round), sent.first()) {
+                // A venue server's heartbeat on the answer socket is not an answer.
+                assert_eq!(r.not_yet(now, head), *port == 2, "round {round}");
+            }
+            now += 10_000;
+            r.expire(now, &policy());
+        }
+        None
+    }
+
+    #[test]
+    fn a_peer_store_behind_is_waited_for_while_its_head_rises() {
+        // Its head rises by one every round: after two thousand rounds (a thousand times
+        // the budget of two timeouts) it is still waited for.
+        assert_eq!(rounds_until_exhausted(Some), None);
+        // Without its answers, two timeouts on each server use the budgets up.
+        assert_eq!(rounds_until_exhausted(|_| None), Some(4));
+    }
+
+    #[test]
+    fn a_peer_store_whose_head_stands_still_is_given_up() {
+        // The head stops at 40 (the peer lacks 40, or stopped publishing): once it stood
+        // still for PEER_STALL_NS (300,000 rounds of 10,000 ns) the budget runs out as a dead
+        // server's does, two rounds later.
+        let stall_rounds = PEER_STALL_NS / 10_000;
+        let mut r = Requester::new(vec![addr(2)]).with_peer_stores(&[addr(2)]);
+        let gap = [SeqRange::new(50, 50)];
+        let mut now = 1;
+        let mut exhausted_at = None;
+        for round in 0..stall_rounds + 10 {
+            let (p, _) = plan(&mut r, now, &gap);
+            if p == Plan::Exhausted {
+                exhausted_at = Some(round);
+                break;
+            }
+            assert!(r.not_yet(now, 40));
+            now += 10_000;
+            r.expire(now, &policy());
+        }
+        let at = exhausted_at.expect("given up");
+        assert!(
+            (stall_rounds..=stall_rounds + 3).contains(&at),
+            "given up in round {at}, the stall is {stall_rounds} rounds"
+        );
+        assert_eq!(r.not_yet_answers, at);
+    }
+
+    #[test]
+    fn a_not_yet_answer_spares_only_requests_from_its_head_on() {
+        // The peer holds up to 19: a request from 10 it does not answer is a hole in what
+        // it stored, and spends the budget; one from 30 waits.
+        let mut r = Requester::new(vec![addr(2), addr(3)]).with_peer_stores(&[addr(2)]);
+        let mut now = 1;
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            let (_, sent) = plan(&mut r, now, &[SeqRange::new(10, 10)]);
+            servers.extend(sent.iter().map(|(p, _)| *p));
+            assert_eq!(r.not_yet(now, 20), servers.last() == Some(&2));
+            now += 10_000;
+            r.expire(now, &policy());
+        }
+        assert_eq!(servers, [2, 2, 3], "the hole at 10 went to the next server");
+        let mut r = Requester::new(vec![addr(2), addr(3)]).with_peer_stores(&[addr(2)]);
+        let mut now = 1;
+        for round in 0..50 {
+            let (_, sent) = plan(&mut r, now, &[SeqRange::new(30, 30)]);
+            assert_eq!(sent, [(2, SeqRange::new(30, 30))], "round {round}");
+            r.not_yet(now, 20 + round / 10);
+            now += 10_000;
+            r.expire(now, &policy());
+        }
     }
 
     #[test]

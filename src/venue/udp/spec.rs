@@ -56,6 +56,11 @@ pub struct ChannelSpec {
     pub session: Option<SessionKey>,
     /// Re-request servers, tried in order.
     pub rerequest: Vec<SocketAddr>,
+    /// Those of `rerequest` that are a peer's JetStream stream read back (`"jetstream"`
+    /// entries): they answer a request for what the peer has not published yet with a
+    /// heartbeat giving the next sequence they hold, and are waited for while that rises
+    /// (see [`recovery`](super::recovery)).
+    pub peer_stores: Vec<SocketAddr>,
     /// Snapshot service, if any.
     pub snapshot: Option<SnapshotSpec>,
     /// Where an earlier run of the daemon left the channel's stream: if the first session
@@ -81,6 +86,7 @@ impl ChannelSpec {
             lines: vec![line],
             session: None,
             rerequest: Vec::new(),
+            peer_stores: Vec::new(),
             snapshot: None,
             resume: None,
         }
@@ -251,6 +257,14 @@ fn channel_spec<S>(
             .iter()
             .filter_map(|r| match r {
                 Rerequest::Server(addr) => Some(SocketAddr::V4(*addr)),
+                Rerequest::JetStream(stream) => jetstream(stream, c.name.as_str()),
+            })
+            .collect(),
+        peer_stores: c
+            .rerequest
+            .iter()
+            .filter_map(|r| match r {
+                Rerequest::Server(_) => None,
                 Rerequest::JetStream(stream) => jetstream(stream, c.name.as_str()),
             })
             .collect(),

@@ -360,6 +360,7 @@ fn blackhole_names_and_listeners_stall_nothing() {
         lines: vec![crate::venue::udp::LineSpec::loopback(group)],
         session: None,
         rerequest: vec![std::net::SocketAddr::V4(sim.rerequest_addr())],
+        peer_stores: Vec::new(),
         resume: None,
         snapshot: None,
     };

@@ -62,6 +62,7 @@ fn start_handler_with(
         lines: vec![LineSpec::loopback(group)],
         session: None,
         rerequest: vec![SocketAddr::V4(sim.rerequest_addr())],
+        peer_stores: Vec::new(),
         resume: None,
         snapshot: Some(SnapshotSpec {
             addr: SocketAddr::V4(sim.snapshot_addr()),
