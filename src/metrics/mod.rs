@@ -655,7 +655,7 @@ fn recovery_families(sources: &[(String, Arc<RecoveryCounters>)]) -> Vec<Family>
     if sources.is_empty() {
         return Vec::new();
     }
-    let series: [LabelledSeries<RecoveryCounters>; 7] = [
+    let series: [LabelledSeries<RecoveryCounters>; 8] = [
         (
             "gapless_jetstream_recovery_requests_total",
             "Re-requests sent to JetStream as a re-request server.",
@@ -679,6 +679,12 @@ fn recovery_families(sources: &[(String, Arc<RecoveryCounters>)]) -> Vec<Family>
             "Re-requests not answered: JetStream held no copy of their first message.",
             Kind::Counter,
             RecoveryCounters::unanswered,
+        ),
+        (
+            "gapless_jetstream_recovery_not_yet_total",
+            "Re-requests answered that the stream does not hold their first message yet.",
+            Kind::Counter,
+            RecoveryCounters::not_yet,
         ),
         (
             "gapless_jetstream_recovery_refused_total",

@@ -20,6 +20,16 @@
 //! from a venue server: the channel's timeout and retry budget move it on to its next
 //! server or to its gap policy.
 //!
+//! A request for what the peer has not published yet (the subject's last message is of
+//! the request's session and before its first) is another matter: the peer publishes in
+//! order, after its own recovery, so a channel that lost a message may ask before the peer
+//! stored it. Such a request is answered with a heartbeat of the channel's wire whose
+//! sequence is the next one the stream holds (the "not yet" answer) as soon as the reader
+//! is at the subject's end (at once when the search found the subject ends before it),
+//! and waits for the reader to get to it. The channel keeps its requests from that
+//! sequence on waiting, without spending its retry budget, as long as that sequence keeps
+//! rising ([`Requester::not_yet`](crate::venue::udp::recovery::Requester::not_yet)).
+//!
 //! # Reading the stream
 //!
 //! Messages are read ahead into a cache (at most [`CACHE_BYTES`] of payload, the oldest
@@ -179,6 +189,7 @@ pub struct RecoveryCounters {
     answers: AtomicU64,
     messages: AtomicU64,
     unanswered: AtomicU64,
+    not_yet: AtomicU64,
     refused: AtomicU64,
     failures: AtomicU64,
     connected: AtomicU64,
@@ -203,6 +214,11 @@ impl RecoveryCounters {
     /// with its reason).
     pub fn unanswered(&self) -> u64 {
         self.unanswered.load(Ordering::Relaxed)
+    }
+    /// Requests answered that the stream does not hold their first message yet (a
+    /// heartbeat giving the next sequence it holds): the peer has not published it.
+    pub fn not_yet(&self) -> u64 {
+        self.not_yet.load(Ordering::Relaxed)
     }
     /// Requests that were not 20-byte re-requests, or asked for no message.
     pub fn refused(&self) -> u64 {
@@ -513,6 +529,11 @@ struct Reader {
     /// It read more than [`MAX_FOREIGN`] events of other sessions in a row: this one is
     /// over on the subject.
     ended: bool,
+    /// It was opened right after the subject's last message, and has been reading since.
+    at_tail: bool,
+    /// Since when it has been reading (it has something to read on to); `None` while it
+    /// is not, when the subject may grow unseen.
+    reading_since: Option<Instant>,
 }
 
 /// Where a request stands from a reader.
@@ -532,6 +553,23 @@ impl Reader {
     /// Nothing came for [`IDLE_END`]: the stream's end, for now.
     fn idle(&self) -> bool {
         self.last_read_at.elapsed() >= IDLE_END
+    }
+
+    /// It is at the subject's end: opened right after its last message, or reading for
+    /// [`IDLE_END`] and given nothing for as long. What lies past `last` is not stored
+    /// yet.
+    fn at_end(&self) -> bool {
+        self.at_tail || (self.reading_since.is_some_and(|t| t.elapsed() >= IDLE_END) && self.idle())
+    }
+
+    /// Notes whether it is reading now.
+    fn set_reading(&mut self, reading: bool) {
+        if reading {
+            self.reading_since.get_or_insert_with(Instant::now);
+        } else {
+            self.reading_since = None;
+            self.at_tail = false;
+        }
     }
 
     /// True when the reader has read through `first` of the session `label`: JetStream
@@ -561,6 +599,8 @@ struct Waiting {
     count: u16,
     from: SocketAddr,
     until: tokio::time::Instant,
+    /// It was answered "not yet".
+    told: bool,
 }
 
 /// Requests waiting at most per channel; beyond them the oldest goes unanswered.
@@ -639,8 +679,11 @@ impl Responder {
             }
             let reading = reader
                 .as_ref()
-                .filter(|r| !r.ended && (r.last < r.target || !waiting.is_empty()));
-            let turn = match (reading.is_some(), reader.as_mut()) {
+                .is_some_and(|r| !r.ended && (r.last < r.target || !waiting.is_empty()));
+            if let Some(r) = reader.as_mut() {
+                r.set_reading(reading);
+            }
+            let turn = match (reading, reader.as_mut()) {
                 (true, Some(r)) => {
                     let recv = std::pin::pin!(socket.recv_from(&mut buf));
                     let next = std::pin::pin!(tokio::time::timeout(IDLE_END, r.messages.next()));
@@ -816,23 +859,53 @@ impl Responder {
             return;
         };
         r.target = r.target.max(wanted.min(first.saturating_add(READ_AHEAD)));
-        if waiting.iter().any(|w| w.first == first && w.from == from) {
+        // Past the subject's end: the peer has not published it yet.
+        let head = (r.at_end() && !r.ended && r.last < first).then(|| r.last.saturating_add(1));
+        if !waiting.iter().any(|w| w.first == first && w.from == from) {
+            if waiting.len() >= MAX_WAITING {
+                let dropped = waiting.remove(0);
+                self.unanswered(
+                    dropped.first,
+                    Some("too many requests waiting for the reader"),
+                );
+            }
+            waiting.push(Waiting {
+                session,
+                first,
+                count: request.count,
+                from,
+                until: tokio::time::Instant::now() + FILL_DEADLINE,
+                told: head.is_some(),
+            });
+        }
+        if let Some(head) = head {
+            self.not_yet(session, head, from, socket).await;
+        }
+    }
+
+    /// Tells `to` that the stream holds session `session`'s messages up to before `head`
+    /// only: a heartbeat of the channel's wire with `head` as its sequence.
+    async fn not_yet(
+        &mut self,
+        session: SessionKey,
+        head: u64,
+        to: SocketAddr,
+        socket: &tokio::net::UdpSocket,
+    ) {
+        let mut out = [0u8; 64];
+        let written = match self.channel.wire {
+            Wire::MoldUdp64 => moldudp64::encode_heartbeat(&mut out, Session(session.0), head),
+            Wire::IexTp => iex_tp::encode_heartbeat(&mut out, iex_header(session, head)),
+        };
+        let Some(bytes) = written.ok().and_then(|len| out.get(..len)) else {
             return;
+        };
+        match socket.send_to(bytes, to).await {
+            Ok(_) => {
+                self.counters.not_yet.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self.failed(head, &e.to_string()),
         }
-        if waiting.len() >= MAX_WAITING {
-            let dropped = waiting.remove(0);
-            self.unanswered(
-                dropped.first,
-                Some("too many requests waiting for the reader"),
-            );
-        }
-        waiting.push(Waiting {
-            session,
-            first,
-            count: request.count,
-            from,
-            until: tokio::time::Instant::now() + FILL_DEADLINE,
-        });
     }
 
     /// Answers the waiting requests the reader has got far enough for (or that it will not
@@ -865,6 +938,16 @@ impl Responder {
                 waiting.swap_remove(i);
                 self.unanswered(w.first, None);
             } else {
+                // The reader got to the subject's end short of it: not published yet.
+                if let Some(r) =
+                    reader.filter(|r| r.at_end() && !r.ended && r.last < w.first && !w.told)
+                {
+                    if let Some(told) = waiting.get_mut(i) {
+                        told.told = true;
+                    }
+                    self.not_yet(w.session, r.last.saturating_add(1), w.from, socket)
+                        .await;
+                }
                 i += 1;
             }
         }
@@ -947,9 +1030,18 @@ impl Responder {
             locate(stream, &self.channel.subject, label, first),
         )
         .await;
-        let start = match searched {
-            Ok(Ok(Some(start))) => start,
-            Ok(Ok(None)) => {
+        // Where the consumer starts, and the last message before it. A little before what
+        // the search found: around a session change the two daemons of a pair publish both
+        // sessions for a while, and the search assumes they do not. Right after the
+        // subject's last message when the peer has not published `first` yet.
+        let (start, last, at_tail) = match searched {
+            Ok(Ok(Located::At(start))) => (
+                start.saturating_sub(LOOK_BACK).max(1),
+                first.saturating_sub(1),
+                false,
+            ),
+            Ok(Ok(Located::Ahead { last_at, last })) => (last_at.saturating_add(1), last, true),
+            Ok(Ok(Located::Nothing)) => {
                 crate::log_debug!(
                     "jetstream recovery {}/{}: {} holds nothing of session {label} from {first}",
                     self.channel.venue,
@@ -976,11 +1068,8 @@ impl Responder {
         );
         let config = consumer::pull::Config {
             filter_subject: self.channel.subject.clone(),
-            // A little before what the search found: around a session change the two
-            // daemons of a pair publish both sessions for a while, and the search assumes
-            // they do not.
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: start.saturating_sub(LOOK_BACK).max(1),
+                start_sequence: start,
             },
             ack_policy: consumer::AckPolicy::None,
             // Deleted when the reader goes; this is for a daemon that dies first.
@@ -1009,12 +1098,13 @@ impl Responder {
                 name,
                 messages,
                 first_read: None,
-                // It starts at the first message at or past `first`.
-                last: first.saturating_sub(1),
+                last,
                 target,
                 last_read_at: Instant::now(),
                 foreign: 0,
                 ended: false,
+                at_tail,
+                reading_since: None,
             }),
             Ok(Err(why)) => {
                 self.read_failed(first, &why);
@@ -1072,16 +1162,7 @@ impl Responder {
                 (taken > 0).then(|| (writer.finish(), u64::from(taken)))
             }
             Wire::IexTp => {
-                let id =
-                    u32::from_le_bytes([session.0[0], session.0[1], session.0[2], session.0[3]]);
-                let header = iex_tp::Header {
-                    session_id: id,
-                    sequence: first,
-                    send_time: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
-                    ..iex_tp::Header::default()
-                };
+                let header = iex_header(session, first);
                 let mut writer = iex_tp::PacketWriter::new(&mut self.answer, header).ok()?;
                 for (&seq, payload) in messages {
                     if seq != expected
@@ -1097,6 +1178,18 @@ impl Responder {
                 (taken > 0).then(|| (writer.finish(), u64::from(taken)))
             }
         }
+    }
+}
+
+/// The IEX-TP header of an answer of `session` from `sequence`, sent now.
+fn iex_header(session: SessionKey, sequence: u64) -> iex_tp::Header {
+    iex_tp::Header {
+        session_id: u32::from_le_bytes([session.0[0], session.0[1], session.0[2], session.0[3]]),
+        sequence,
+        send_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        ..iex_tp::Header::default()
     }
 }
 
@@ -1130,23 +1223,45 @@ impl Probe for JsStream {
     }
 }
 
-/// The stream sequence to read `subject` from for the session `label`'s messages from
-/// `first` on: the lowest at which the subject's next message is of that session with a
-/// sequence at least `first`. `None` when JetStream holds nothing of it: the subject's
-/// last message is of another session, or before `first`.
+/// Where [`locate`] found a session's messages from a first sequence on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Located {
+    /// Read the subject from this stream sequence.
+    At(u64),
+    /// Not stored yet: the subject's last message (at stream sequence `last_at`) is of the
+    /// session and has the sequence `last`, before the first asked for. What the peer
+    /// publishes next comes after `last_at`.
+    Ahead {
+        /// The stream sequence of the subject's last message.
+        last_at: u64,
+        /// Its sequence in the session.
+        last: u64,
+    },
+    /// JetStream holds nothing of it: the subject has nothing yet, or its last message is
+    /// of another session.
+    Nothing,
+}
+
+/// Where to read `subject` from for the session `label`'s messages from `first` on: the
+/// lowest stream sequence at which the subject's next message is of that session with a
+/// sequence at least `first`; or that the subject's last message is of the session and
+/// before `first` ([`Located::Ahead`]); or that it holds nothing of the session.
 pub(crate) async fn locate(
     probe: &impl Probe,
     subject: &str,
     label: &str,
     first: u64,
-) -> Result<Option<u64>, String> {
+) -> Result<Located, String> {
     let Some((last_at, headers)) = probe.last(subject).await? else {
-        return Ok(None);
+        return Ok(Located::Nothing);
     };
     match stored(Some(&headers)) {
         Stored::Message { epoch, seq } if epoch == label && seq >= first => {}
+        Stored::Message { epoch, seq } if epoch == label => {
+            return Ok(Located::Ahead { last_at, last: seq });
+        }
         Stored::Other { epoch } if epoch == label => {}
-        _ => return Ok(None),
+        _ => return Ok(Located::Nothing),
     }
     // The predicate at stream sequence `at`: the next message there is of the session and
     // at or past `first` (or there is none). False below the answer, true from it on.
@@ -1180,7 +1295,7 @@ pub(crate) async fn locate(
             lo = mid + 1;
         }
     }
-    Ok(Some(lo))
+    Ok(Located::At(lo))
 }
 
 #[cfg(test)]

@@ -66,7 +66,10 @@ fn stream_seq_of(fake: &Fake, epoch: &str, seq: u64) -> u64 {
 fn the_search_finds_the_first_message_of_the_session_at_or_past_first() {
     let fake = two_sessions();
     for first in [1, 2, 40, 41, 99, 100] {
-        let found = run(locate(&fake, "s", "SESS", first)).expect("no failure");
+        let found = match run(locate(&fake, "s", "SESS", first)).expect("no failure") {
+            Located::At(at) => Some(at),
+            _ => None,
+        };
         let next = fake
             .0
             .iter()
@@ -92,13 +95,34 @@ fn the_search_finds_the_first_message_of_the_session_at_or_past_first() {
 #[test]
 fn the_search_declines_what_jetstream_does_not_hold() {
     let fake = two_sessions();
-    // Past the last message of the session.
-    assert_eq!(run(locate(&fake, "s", "SESS", 101)), Ok(None));
     // A session that is not the subject's latest.
-    assert_eq!(run(locate(&fake, "s", "OLD", 10)), Ok(None));
-    assert_eq!(run(locate(&fake, "s", "NONE", 1)), Ok(None));
+    assert_eq!(run(locate(&fake, "s", "OLD", 10)), Ok(Located::Nothing));
+    assert_eq!(run(locate(&fake, "s", "NONE", 1)), Ok(Located::Nothing));
     // A subject with nothing on it.
-    assert_eq!(run(locate(&Fake(Vec::new()), "s", "SESS", 1)), Ok(None));
+    assert_eq!(
+        run(locate(&Fake(Vec::new()), "s", "SESS", 1)),
+        Ok(Located::Nothing)
+    );
+}
+
+/// Past the session's last message, the peer has not published it yet: the search says
+/// where the last one is, and the reader starts right after it.
+#[test]
+fn the_search_tells_what_is_not_stored_yet_from_what_never_will_be() {
+    let fake = two_sessions();
+    let last_at = stream_seq_of(&fake, "SESS", 100);
+    for first in [101, 102, 5000] {
+        assert_eq!(
+            run(locate(&fake, "s", "SESS", first)),
+            Ok(Located::Ahead { last_at, last: 100 }),
+            "first {first}"
+        );
+    }
+    // The last message itself is stored.
+    assert!(matches!(
+        run(locate(&fake, "s", "SESS", 100)),
+        Ok(Located::At(_))
+    ));
 }
 
 #[test]
@@ -385,14 +409,37 @@ fn ask(
         count,
     };
     socket.send_to(&request.to_bytes(), to).expect("sent");
+    receive(socket, Session(name))
+}
+
+/// The next answer of `session` on `socket`: its (first, messages), or `None` when none
+/// comes within the socket's read timeout.
+fn receive(socket: &UdpSocket, session: Session) -> Option<(u64, Vec<Vec<u8>>)> {
     let mut buf = [0u8; 4096];
     let (n, _) = socket.recv_from(&mut buf).ok()?;
     let packet = moldudp64::Packet::decode(&buf[..n]).expect("a valid answer");
-    assert_eq!(packet.session(), Session(name));
+    assert_eq!(packet.session(), session);
     Some((
         packet.sequence(),
         packet.messages().map(<[u8]>::to_vec).collect(),
     ))
+}
+
+/// Publishes session SESS's messages `seqs` as the nats sink would.
+async fn publish_more(url: &str, seqs: std::ops::RangeInclusive<u64>) {
+    let client = async_nats::connect(url).await.expect("a connection");
+    let js = jetstream::new(client);
+    for seq in seqs {
+        js.publish_with_headers(
+            "gapless.v.c",
+            headers("message", "SESS", Some(seq)),
+            payload_of("SESS", seq),
+        )
+        .await
+        .expect("a publish")
+        .await
+        .expect("stored");
+    }
 }
 
 #[test]
@@ -432,13 +479,33 @@ fn a_real_stream_is_read_back_across_sessions_and_far_sequences() {
     assert_eq!(got[10][..], payload_of("SESS", 330_000)[..]);
     let (first, got) = ask(&client, to, "SESS", 300_002, 3).expect("an answer");
     assert_eq!((first, got.len()), (300_002, 3));
-    // Not held: past the end, and a session that is not the subject's latest.
-    assert_eq!(ask(&client, to, "SESS", 330_001, 5), None);
+    // Past the end: not published yet. The answer at once is "not yet", a heartbeat with
+    // the next sequence the stream has got to; the request waits for the reader.
+    assert_eq!(
+        ask(&client, to, "SESS", 330_001, 5),
+        Some((330_001, Vec::new()))
+    );
+    // The peer publishes it within the request's deadline: the answer follows unasked.
+    run(async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            publish_more(&server.url, 330_001..=330_003),
+        )
+        .await
+        .expect("published within 5 s");
+    });
+    let mut sess = [b' '; 10];
+    sess[..4].copy_from_slice(b"SESS");
+    let (first, got) = receive(&client, Session(sess)).expect("the answer");
+    assert_eq!((first, got.len()), (330_001, 3));
+    assert_eq!(got[2][..], payload_of("SESS", 330_003)[..]);
+    // Not held: a session that is not the subject's latest.
     assert_eq!(ask(&client, to, "OLD", 10, 5), None);
     let counters = Arc::clone(source.counters());
     source.stop();
     assert_eq!(counters.requests(), 6);
-    assert_eq!(counters.answers(), 4);
-    assert_eq!(counters.unanswered(), 2);
+    assert_eq!(counters.answers(), 5);
+    assert_eq!(counters.not_yet(), 1);
+    assert_eq!(counters.unanswered(), 1);
     assert_eq!(counters.failures(), 0);
 }
