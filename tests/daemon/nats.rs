@@ -593,13 +593,57 @@ fn wait_for_message(path: &Path, seq: u64, within: Duration, metrics: u16) {
 /// own (loss injected in its receive path); both deliver every message with no gap.
 #[test]
 fn a_daemon_cut_off_from_the_venue_server_fills_its_gaps_from_its_peers_jetstream() {
-    let Some(binary) = nats_server_binary() else {
+    let Some(texts) = cut_off_pair("nats-js-pair-gaps", 46426, None) else {
         return;
     };
+    let recovered = metric(&texts[1], "gapless_jetstream_recovery_messages_total");
+    assert!(
+        recovered >= 500,
+        "the cut-off daemon's 1% loss came back from JetStream: {recovered} messages"
+    );
+}
+
+/// The same pair, with the daemon that publishes what the cut-off one recovers stopped
+/// (SIGSTOP) for a second mid-run, four times the cut-off daemon's retry budget: what it
+/// lost meanwhile is not in JetStream yet. JetStream answers "not yet" with how far the
+/// stream has got, and the cut-off daemon keeps waiting, its budget unspent, until the
+/// peer is back and publishes; both deliver every message with no gap. (Before "not yet"
+/// the budget ran out and the stream latched `reset_required`: a load-dependent failure
+/// of the test above, made certain here.)
+#[test]
+fn a_cut_off_daemon_waits_for_its_peer_stopped_for_a_second() {
+    let stall = Stall {
+        after: 20_000,
+        for_: Duration::from_secs(1),
+    };
+    let Some(texts) = cut_off_pair("nats-js-pair-stall", 46427, Some(stall)) else {
+        return;
+    };
+    let not_yet = metric(&texts[1], "gapless_rerequests_not_yet_total");
+    assert!(
+        not_yet > 0,
+        "JetStream answered \"not yet\" while the peer was stopped"
+    );
+    assert_eq!(metric(&texts[1], "gapless_recovery_exhausted_total"), 0);
+}
+
+/// The peer stopped once: after it acknowledged `after` publishes, for `for_`.
+#[derive(Debug, Clone, Copy)]
+struct Stall {
+    after: u64,
+    for_: Duration,
+}
+
+/// Runs the cut-off pair on a 100,000-message feed on group port `port`, stopping the left
+/// daemon as `stall` says, and checks that both delivered every message once and in order
+/// and that the stream holds each once; the two daemons' `/metrics` at the end (left,
+/// right), or `None` where `nats-server` is not installed.
+fn cut_off_pair(name: &str, port: u16, stall: Option<Stall>) -> Option<Vec<String>> {
+    let binary = nats_server_binary()?;
     const MESSAGES: u64 = 100_000;
-    let dir = temp_dir("nats-js-pair-gaps");
+    let dir = temp_dir(name);
     let server = NatsServer::start(binary, &dir);
-    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 26), 46426);
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 64, 26), port);
     let mut cfg = MoldSimConfig::new(group);
     cfg.count = MESSAGES;
     cfg.rate = Some(10_000.0);
@@ -616,14 +660,32 @@ fn a_daemon_cut_off_from_the_venue_server_fills_its_gaps_from_its_peers_jetstrea
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let metrics = free_port();
-        let config =
-            config_with(group, &sim, &server.url(), name, metrics, "from-start", "").replace(
+        let config = config_with(group, &sim, &server.url(), name, metrics, "from-start", "")
+            .replace(
                 &format!("rerequest = [\"{}\"]", sim.rerequest_addr()),
                 &format!("rerequest = [{servers}]"),
-            ) + &jsonl_sink(&dir.join("out.jsonl"));
+            )
+            // Room for what comes while a gap waits for the stopped peer: a second of the
+            // feed.
+            .replace(
+                "reorder_delay_us = 2000",
+                "reorder_delay_us = 2000\n  held_datagrams = 32768",
+            )
+            + &jsonl_sink(&dir.join("out.jsonl"));
         let chaos = format!("seed={seed},drop=0.01");
         let daemon = start_daemon(&dir, &config, Some(&chaos));
         daemons.push((dir, metrics, daemon));
+    }
+    if let Some(stall) = stall {
+        let (_, left_metrics, left) = &daemons[0];
+        wait_for_acks(*left_metrics, stall.after, Duration::from_secs(60));
+        let pid = left.id() as libc::pid_t;
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP");
+        // The stall is what is tested: its length, not a wait for an event.
+        std::thread::sleep(stall.for_);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT");
     }
     sim.wait(Duration::from_secs(120)).unwrap();
     let mut texts = Vec::new();
@@ -643,20 +705,17 @@ fn a_daemon_cut_off_from_the_venue_server_fills_its_gaps_from_its_peers_jetstrea
             dir.display()
         );
         eprintln!(
-            "{}: {} messages recovered, {} answered from JetStream",
+            "{}: {} messages recovered, {} answered from JetStream, {} \"not yet\" answers",
             dir.display(),
             metric(&text, "gapless_messages_recovered_total"),
-            metric(&text, "gapless_jetstream_recovery_messages_total")
+            metric(&text, "gapless_jetstream_recovery_messages_total"),
+            metric(&text, "gapless_rerequests_not_yet_total"),
         );
         texts.push(text);
     }
-    let recovered = metric(&texts[1], "gapless_jetstream_recovery_messages_total");
-    assert!(
-        recovered >= 500,
-        "the cut-off daemon's 1% loss came back from JetStream: {recovered} messages"
-    );
     let stored = read_back(&server.url(), MESSAGES, Duration::from_secs(60));
     assert_exact(&stored, MESSAGES);
+    Some(texts)
 }
 
 /// One instance of a pair is killed and restarted after its venue's re-request server has
