@@ -893,11 +893,7 @@ impl Responder {
         socket: &tokio::net::UdpSocket,
     ) {
         let mut out = [0u8; 64];
-        let written = match self.channel.wire {
-            Wire::MoldUdp64 => moldudp64::encode_heartbeat(&mut out, Session(session.0), head),
-            Wire::IexTp => iex_tp::encode_heartbeat(&mut out, iex_header(session, head)),
-        };
-        let Some(bytes) = written.ok().and_then(|len| out.get(..len)) else {
+        let Some(bytes) = self.not_yet_bytes(session, head, &mut out) else {
             return;
         };
         match socket.send_to(bytes, to).await {
@@ -906,6 +902,21 @@ impl Responder {
             }
             Err(e) => self.failed(head, &e.to_string()),
         }
+    }
+
+    /// Writes the "not yet" answer of `session` with `head` into `out`: a heartbeat of the
+    /// channel's wire.
+    fn not_yet_bytes<'o>(
+        &self,
+        session: SessionKey,
+        head: u64,
+        out: &'o mut [u8; 64],
+    ) -> Option<&'o [u8]> {
+        let written = match self.channel.wire {
+            Wire::MoldUdp64 => moldudp64::encode_heartbeat(out, Session(session.0), head),
+            Wire::IexTp => iex_tp::encode_heartbeat(out, iex_header(session, head)),
+        };
+        written.ok().and_then(|len| out.get(..len))
     }
 
     /// Answers the waiting requests the reader has got far enough for (or that it will not

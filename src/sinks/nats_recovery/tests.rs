@@ -216,6 +216,29 @@ fn an_iex_tp_answer_carries_the_session_id_and_first_sequence() {
     assert_eq!(got, want);
 }
 
+/// The "not yet" answer is what the channel takes as one: a heartbeat of its wire, of the
+/// request's session, with the head as its sequence.
+#[test]
+fn a_not_yet_answer_is_a_heartbeat_of_the_session_with_the_head() {
+    use crate::venue::udp::wire::{Kind, decode};
+    for (wire, session) in [
+        (Wire::MoldUdp64, SessionKey(*b"SESS000001")),
+        (Wire::IexTp, SessionKey::iex(42)),
+    ] {
+        let r = responder(wire);
+        let mut out = [0u8; 64];
+        let bytes = r
+            .not_yet_bytes(session, 330_001, &mut out)
+            .expect("written");
+        let d = decode(wire, bytes).expect("a valid datagram");
+        assert_eq!(
+            (d.session, d.seq, d.kind, d.count),
+            (session, 330_001, Kind::Heartbeat, 0),
+            "{wire:?}"
+        );
+    }
+}
+
 #[test]
 fn the_cache_keeps_its_bound_by_dropping_the_oldest() {
     let mut cache = Cache::default();
