@@ -599,7 +599,7 @@ struct Waiting {
     count: u16,
     from: SocketAddr,
     until: tokio::time::Instant,
-    /// It was answered "not yet".
+    /// It was answered "not yet" since it was last asked.
     told: bool,
 }
 
@@ -859,9 +859,14 @@ impl Responder {
             return;
         };
         r.target = r.target.max(wanted.min(first.saturating_add(READ_AHEAD)));
-        // Past the subject's end: the peer has not published it yet.
-        let head = (r.at_end() && !r.ended && r.last < first).then(|| r.last.saturating_add(1));
-        if !waiting.iter().any(|w| w.first == first && w.from == from) {
+        // Asked again: it is told "not yet" again (by `answer_waiting`, which runs next)
+        // while it waits.
+        if let Some(again) = waiting
+            .iter_mut()
+            .find(|w| w.first == first && w.from == from)
+        {
+            again.told = false;
+        } else {
             if waiting.len() >= MAX_WAITING {
                 let dropped = waiting.remove(0);
                 self.unanswered(
@@ -875,11 +880,8 @@ impl Responder {
                 count: request.count,
                 from,
                 until: tokio::time::Instant::now() + FILL_DEADLINE,
-                told: head.is_some(),
+                told: false,
             });
-        }
-        if let Some(head) = head {
-            self.not_yet(session, head, from, socket).await;
         }
     }
 
@@ -920,7 +922,8 @@ impl Responder {
     }
 
     /// Answers the waiting requests the reader has got far enough for (or that it will not
-    /// get further for), and drops those past their deadline.
+    /// get further for), drops those past their deadline, and tells the others "not yet"
+    /// once the reader is at the subject's end short of them.
     async fn answer_waiting(
         &mut self,
         waiting: &mut Vec<Waiting>,

@@ -238,6 +238,15 @@ fn channel_spec<S>(
     session: Option<SessionKey>,
     jetstream: JetStreamServers<'_>,
 ) -> ChannelSpec {
+    // Each entry's address, and whether it is a peer's JetStream stream read back.
+    let servers: Vec<(SocketAddr, bool)> = c
+        .rerequest
+        .iter()
+        .filter_map(|r| match r {
+            Rerequest::Server(addr) => Some((SocketAddr::V4(*addr), false)),
+            Rerequest::JetStream(stream) => Some((jetstream(stream, c.name.as_str())?, true)),
+        })
+        .collect();
     ChannelSpec {
         name: c.name.as_str().to_string(),
         lines: c
@@ -252,21 +261,11 @@ fn channel_spec<S>(
             .collect(),
         session,
         resume: None,
-        rerequest: c
-            .rerequest
+        rerequest: servers.iter().map(|&(addr, _)| addr).collect(),
+        peer_stores: servers
             .iter()
-            .filter_map(|r| match r {
-                Rerequest::Server(addr) => Some(SocketAddr::V4(*addr)),
-                Rerequest::JetStream(stream) => jetstream(stream, c.name.as_str()),
-            })
-            .collect(),
-        peer_stores: c
-            .rerequest
-            .iter()
-            .filter_map(|r| match r {
-                Rerequest::Server(_) => None,
-                Rerequest::JetStream(stream) => jetstream(stream, c.name.as_str()),
-            })
+            .filter(|&&(_, peer)| peer)
+            .map(|&(addr, _)| addr)
             .collect(),
         snapshot: c.snapshot.as_ref().map(|s| match s {
             Snapshot::SoupBinTcp { addr, login } => SnapshotSpec {
